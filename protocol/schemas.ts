@@ -1,0 +1,99 @@
+/**
+ * The wire protocol: every request and response body the edge and the client exchange.
+ * The edge validates what it receives with these schemas and the client validates what it
+ * gets back, so the two can never silently drift apart.
+ */
+import { z } from "zod";
+import { ERROR_CODES } from "./errors.js";
+
+export const PLANS = ["free", "pro", "business"] as const;
+export const Plan = z.enum(PLANS);
+export type Plan = z.infer<typeof Plan>;
+
+export const ROLES = ["owner", "member"] as const;
+export const Role = z.enum(ROLES);
+export type Role = z.infer<typeof Role>;
+
+const timestamp = z.iso.datetime();
+const name = z.string().trim().min(1).max(100);
+
+export const Org = z.object({ id: z.string(), name: z.string(), plan: Plan, createdAt: timestamp });
+export type Org = z.infer<typeof Org>;
+
+export const User = z.object({
+  id: z.string(),
+  orgId: z.string(),
+  email: z.string(),
+  name: z.string().nullable(),
+  role: Role,
+  createdAt: timestamp,
+});
+export type User = z.infer<typeof User>;
+
+export const ApiKeyInfo = z.object({
+  id: z.string(),
+  orgId: z.string(),
+  userId: z.string(),
+  name: z.string(),
+  prefix: z.string(),
+  createdAt: timestamp,
+  expiresAt: timestamp.nullable(),
+  revokedAt: timestamp.nullable(),
+  lastUsedAt: timestamp.nullable(),
+});
+export type ApiKeyInfo = z.infer<typeof ApiKeyInfo>;
+
+/** Returned once, when a key is created: the only time the secret is ever shown. */
+export const CreatedApiKey = ApiKeyInfo.extend({ key: z.string() });
+export type CreatedApiKey = z.infer<typeof CreatedApiKey>;
+
+export const Me = z.object({ org: Org, user: User, key: ApiKeyInfo });
+export type Me = z.infer<typeof Me>;
+
+export const Workspace = z.object({ id: z.string(), orgId: z.string(), name: z.string(), createdAt: timestamp });
+export type Workspace = z.infer<typeof Workspace>;
+
+export const Health = z.object({ status: z.literal("ok"), version: z.string(), time: timestamp });
+export type Health = z.infer<typeof Health>;
+
+export const listOf = <T extends z.ZodType>(item: T) => z.object({ data: z.array(item) });
+
+// Requests. `strict` so that a misspelt field is an error rather than silently ignored.
+export const CreateOrgRequest = z.strictObject({ name, plan: Plan.default("free") });
+export type CreateOrgRequest = z.input<typeof CreateOrgRequest>;
+
+export const UpdateOrgRequest = z
+  .strictObject({ name: name.optional(), plan: Plan.optional() })
+  .refine((body) => body.name !== undefined || body.plan !== undefined, "Give at least one of name or plan");
+export type UpdateOrgRequest = z.input<typeof UpdateOrgRequest>;
+
+export const CreateUserRequest = z.strictObject({
+  email: z.email().max(254).transform((email) => email.toLowerCase()),
+  name: name.optional(),
+  role: Role.default("member"),
+});
+export type CreateUserRequest = z.input<typeof CreateUserRequest>;
+
+const expiresAt = z.iso
+  .datetime({ offset: true })
+  .refine((value) => Date.parse(value) > Date.now(), "expiresAt must be in the future");
+
+export const CreateKeyRequest = z.strictObject({ name, expiresAt: expiresAt.optional() });
+export type CreateKeyRequest = z.input<typeof CreateKeyRequest>;
+
+export const AdminCreateKeyRequest = CreateKeyRequest.extend({ userId: z.string().min(1).max(64) });
+export type AdminCreateKeyRequest = z.input<typeof AdminCreateKeyRequest>;
+
+export const CreateWorkspaceRequest = z.strictObject({ name });
+export type CreateWorkspaceRequest = z.input<typeof CreateWorkspaceRequest>;
+
+export const Problem = z.object({
+  type: z.string(),
+  title: z.string(),
+  status: z.number().int(),
+  detail: z.string().optional(),
+  instance: z.string().optional(),
+  code: z.enum(Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]]),
+  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+});
+export type Problem = z.infer<typeof Problem>;

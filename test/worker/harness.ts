@@ -1,0 +1,87 @@
+import { env, SELF } from "cloudflare:test";
+import { expect } from "vitest";
+import { PROBLEM_CONTENT_TYPE, type ErrorCode } from "../../protocol/errors.js";
+import { ApiKeyInfo, CreatedApiKey, Org, Problem, User } from "../../protocol/schemas.js";
+
+export const ORIGIN = "https://edge.test";
+
+export interface CallOptions {
+  method?: string;
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+/** One request to the Worker under test, through its real fetch handler. */
+export function call(path: string, options: CallOptions = {}): Promise<Response> {
+  const headers = new Headers(options.headers);
+  if (options.token) headers.set("Authorization", `Bearer ${options.token}`);
+  let body: BodyInit | undefined;
+  if (options.body !== undefined) {
+    body = typeof options.body === "string" ? options.body : JSON.stringify(options.body);
+    if (!headers.has("Content-Type")) headers.set("Content-Type", "application/json");
+  }
+  return SELF.fetch(`${ORIGIN}${path}`, { method: options.method ?? (body ? "POST" : "GET"), headers, body });
+}
+
+export const adminCall = (path: string, options: Omit<CallOptions, "token"> = {}) =>
+  call(`/admin${path}`, { ...options, token: env.ADMIN_SECRET });
+
+/** Asserts the RFC 9457 envelope, the stable code and that `instance` is the echoed request id. */
+export async function expectProblem(response: Response, status: number, code: ErrorCode): Promise<Problem> {
+  const text = await response.text();
+  expect(response.status, text).toBe(status);
+  expect(response.headers.get("Content-Type")).toBe(PROBLEM_CONTENT_TYPE);
+  const problem = Problem.parse(JSON.parse(text));
+  expect(problem.code).toBe(code);
+  expect(problem.status).toBe(status);
+  expect(problem.type).toBe(`/errors/${code}`);
+  expect(problem.instance).toBeTruthy();
+  expect(problem.instance).toBe(response.headers.get("X-Request-Id"));
+  return problem;
+}
+
+export async function expectJson<T>(response: Response, status: number, schema: { parse(v: unknown): T }): Promise<T> {
+  const text = await response.text();
+  expect(response.status, text).toBe(status);
+  return schema.parse(JSON.parse(text));
+}
+
+let counter = 0;
+
+export interface Account {
+  org: Org;
+  user: User;
+  key: CreatedApiKey;
+}
+
+/** Creates an org, a user and a key through the real admin API. */
+export async function createAccount(
+  options: { plan?: Org["plan"]; role?: User["role"]; org?: Org; expiresAt?: string } = {},
+): Promise<Account> {
+  const n = ++counter;
+  const org =
+    options.org ??
+    (await expectJson(
+      await adminCall("/orgs", { body: { name: `Org ${n}`, plan: options.plan ?? "free" } }),
+      201,
+      Org,
+    ));
+  const user = await expectJson(
+    await adminCall(`/orgs/${org.id}/users`, {
+      body: { email: `user${n}-${crypto.randomUUID()}@example.com`, role: options.role ?? "owner" },
+    }),
+    201,
+    User,
+  );
+  const key = await expectJson(
+    await adminCall("/keys", {
+      body: { userId: user.id, name: `key ${n}`, ...(options.expiresAt ? { expiresAt: options.expiresAt } : {}) },
+    }),
+    201,
+    CreatedApiKey,
+  );
+  return { org, user, key };
+}
+
+export { ApiKeyInfo };

@@ -1,0 +1,12 @@
+import type { Config } from "./config.js";
+import type { Principal } from "./auth/principal.js";
+
+/** Hono's environment for every route: bindings from `wrangler types`, plus per-request state. */
+export interface AppEnv {
+  Bindings: Env;
+  Variables: {
+    requestId: string;
+    config: Config;
+    principal: Principal;
+  };
+}

@@ -1,0 +1,8 @@
+import type { ApiKeyInfo, Org, User } from "../../protocol/schemas.js";
+
+/** Who is calling: resolved from an API key and cached per isolate. */
+export interface Principal {
+  org: Org;
+  user: User;
+  key: ApiKeyInfo;
+}

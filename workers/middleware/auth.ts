@@ -1,0 +1,34 @@
+import { createMiddleware } from "hono/factory";
+import type { AppEnv } from "../app-env.js";
+import { authenticate, bearerToken } from "../auth/authenticate.js";
+import { ApiError } from "../problem.js";
+
+/** Requires a valid, unrevoked, unexpired API key and exposes its principal as `c.var.principal`. */
+export const requireApiKey = createMiddleware<AppEnv>(async (c, next) => {
+  const principal = await authenticate(c.env, c.var.config, c.req.header("Authorization"), (p) =>
+    c.executionCtx.waitUntil(p),
+  );
+  c.set("principal", principal);
+  await next();
+});
+
+async function digest(text: string): Promise<ArrayBuffer> {
+  return crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+}
+
+/** Guards the operator surface with `ADMIN_SECRET`, compared in constant time. */
+export const requireAdmin = createMiddleware<AppEnv>(async (c, next) => {
+  const secret = c.var.config.ADMIN_SECRET;
+  if (!secret) throw new ApiError("forbidden", "The admin surface is disabled: ADMIN_SECRET is not set on this edge.");
+  const token = bearerToken(c.req.header("Authorization"));
+  if (!token) {
+    throw new ApiError("unauthenticated", "Send the admin secret as `Authorization: Bearer …`.", {
+      headers: { "WWW-Authenticate": 'Bearer realm="sextant-admin"' },
+    });
+  }
+  const [given, expected] = await Promise.all([digest(token), digest(secret)]);
+  if (!crypto.subtle.timingSafeEqual(given, expected)) {
+    throw new ApiError("forbidden", "The admin secret is not valid.");
+  }
+  await next();
+});

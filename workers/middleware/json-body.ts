@@ -1,0 +1,33 @@
+import type { Context } from "hono";
+import type { z } from "zod";
+import { ApiError } from "../problem.js";
+
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
+
+/**
+ * Reads and validates a JSON body. Each failure has its own code: wrong media type (415),
+ * unparseable JSON (400) and a schema violation (400, with every offending field listed).
+ */
+export async function jsonBody<S extends z.ZodType>(c: Context, schema: S): Promise<z.output<S>> {
+  const type = c.req.header("Content-Type") ?? "";
+  if (!JSON_TYPE.test(type)) {
+    throw new ApiError("unsupported_media_type", "Send the request body as `Content-Type: application/json`.");
+  }
+  const text = await c.req.text();
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new ApiError("invalid_request", `The request body is not valid JSON: ${(err as Error).message}`);
+  }
+  const result = schema.safeParse(value);
+  if (!result.success) {
+    const errors = result.error.issues.map((issue) => ({
+      path: issue.path.map(String).join(".") || "(body)",
+      message: issue.message,
+    }));
+    const summary = errors.map((e) => `${e.path}: ${e.message}`).join("; ");
+    throw new ApiError("invalid_request", `The request body is invalid: ${summary}`, { errors });
+  }
+  return result.data;
+}

@@ -1,0 +1,57 @@
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { ERROR_CODES, PROBLEM_CONTENT_TYPE, problemType, type ErrorCode } from "../protocol/errors.js";
+import type { Problem } from "../protocol/schemas.js";
+import { ConfigError } from "./config.js";
+
+export interface ApiErrorOptions {
+  headers?: Record<string, string>;
+  errors?: Problem["errors"];
+}
+
+/** Thrown anywhere in a request; `onError` turns it into a problem+json response. */
+export class ApiError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    readonly detail: string,
+    readonly options: ApiErrorOptions = {},
+  ) {
+    super(detail);
+  }
+}
+
+export function problemResponse(c: Context, error: ApiError): Response {
+  const { status, title } = ERROR_CODES[error.code];
+  const body: Problem = {
+    type: problemType(error.code),
+    title,
+    status,
+    detail: error.detail,
+    instance: c.get("requestId"),
+    code: error.code,
+    ...(error.options.errors ? { errors: error.options.errors } : {}),
+  };
+  const response = c.json(body, status as ContentfulStatusCode, error.options.headers);
+  response.headers.set("Content-Type", PROBLEM_CONTENT_TYPE);
+  return response;
+}
+
+const codeByStatus = new Map<number, ErrorCode>(
+  Object.entries(ERROR_CODES).map(([code, { status }]) => [status, code as ErrorCode]),
+);
+
+/** Maps anything thrown to a closed error code; unknown failures never leak their message. */
+export function toApiError(err: unknown, requestId: string): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof HTTPException && err.status < 500) {
+    const code = codeByStatus.get(err.status) ?? "invalid_request";
+    return new ApiError(code, err.message || ERROR_CODES[code].title);
+  }
+  const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  console.error(JSON.stringify({ level: "error", requestId, message }));
+  if (err instanceof ConfigError) {
+    return new ApiError("internal", "The edge is misconfigured; its operator can see why in the logs.");
+  }
+  return new ApiError("internal", `Something went wrong on our side. Quote request id ${requestId} when reporting it.`);
+}
