@@ -54,9 +54,7 @@ export class Workspace extends DurableObject<Env> {
   }
 
   #meta(): WorkspaceMeta | null {
-    const rows = this.ctx.storage.sql
-      .exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1")
-      .toArray();
+    const rows = this.ctx.storage.sql.exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1").toArray();
     const row = rows[0];
     if (!row) return null;
     return WorkspaceMeta.parse({ workspaceId: row.workspace_id, orgId: row.org_id, createdAt: row.created_at });

@@ -68,7 +68,10 @@ export const UpdateOrgRequest = z
 export type UpdateOrgRequest = z.input<typeof UpdateOrgRequest>;
 
 export const CreateUserRequest = z.strictObject({
-  email: z.email().max(254).transform((email) => email.toLowerCase()),
+  email: z
+    .email()
+    .max(254)
+    .transform((email) => email.toLowerCase()),
   name: name.optional(),
   role: Role.default("member"),
 });

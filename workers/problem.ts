@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { ERROR_CODES, PROBLEM_CONTENT_TYPE, problemType, type ErrorCode } from "../protocol/errors.js";
+import { codeForStatus, ERROR_CODES, PROBLEM_CONTENT_TYPE, problemType, type ErrorCode } from "../protocol/errors.js";
 import type { Problem } from "../protocol/schemas.js";
 import { ConfigError } from "./config.js";
 
@@ -37,15 +37,11 @@ export function problemResponse(c: Context, error: ApiError): Response {
   return response;
 }
 
-const codeByStatus = new Map<number, ErrorCode>(
-  Object.entries(ERROR_CODES).map(([code, { status }]) => [status, code as ErrorCode]),
-);
-
 /** Maps anything thrown to a closed error code; unknown failures never leak their message. */
 export function toApiError(err: unknown, requestId: string): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof HTTPException && err.status < 500) {
-    const code = codeByStatus.get(err.status) ?? "invalid_request";
+    const code = codeForStatus(err.status);
     return new ApiError(code, err.message || ERROR_CODES[code].title);
   }
   const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);

@@ -114,8 +114,16 @@ describe("admin surface", () => {
   it("issues keys with the sxt_ prefix and revokes them idempotently", async () => {
     const account = await createAccount();
     expect(account.key.key).toMatch(/^sxt_[0-9A-Za-z]{46}$/);
-    const first = await expectJson(await adminCall(`/keys/${account.key.id}`, { method: "DELETE" }), 200, CreatedApiKey.omit({ key: true }));
-    const second = await expectJson(await adminCall(`/keys/${account.key.id}`, { method: "DELETE" }), 200, CreatedApiKey.omit({ key: true }));
+    const first = await expectJson(
+      await adminCall(`/keys/${account.key.id}`, { method: "DELETE" }),
+      200,
+      CreatedApiKey.omit({ key: true }),
+    );
+    const second = await expectJson(
+      await adminCall(`/keys/${account.key.id}`, { method: "DELETE" }),
+      200,
+      CreatedApiKey.omit({ key: true }),
+    );
     expect(first.revokedAt).not.toBeNull();
     expect(second.revokedAt).toBe(first.revokedAt);
   });

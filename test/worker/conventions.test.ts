@@ -43,7 +43,10 @@ describe("HTTP conventions", () => {
     for (const code of Object.keys(ERROR_CODES)) {
       const response = await call(`/errors/${code}`);
       expect(response.status).toBe(200);
-      expect(await response.json()).toMatchObject({ code, status: ERROR_CODES[code as keyof typeof ERROR_CODES].status });
+      expect(await response.json()).toMatchObject({
+        code,
+        status: ERROR_CODES[code as keyof typeof ERROR_CODES].status,
+      });
     }
     await expectProblem(await call("/errors/teapot"), 404, "not_found");
   });

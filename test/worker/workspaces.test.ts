@@ -18,7 +18,9 @@ describe("workspaces", () => {
     expect(meta).toEqual({ workspaceId: ws.id, orgId: account.org.id, createdAt: ws.createdAt });
     const listed = await expectJson(await call("/v1/workspaces", { token: account.key.key }), 200, listOf(Workspace));
     expect(listed.data.map((w) => w.id)).toEqual([ws.id]);
-    expect(await expectJson(await call(`/v1/workspaces/${ws.id}`, { token: account.key.key }), 200, Workspace)).toEqual(ws);
+    expect(await expectJson(await call(`/v1/workspaces/${ws.id}`, { token: account.key.key }), 200, Workspace)).toEqual(
+      ws,
+    );
   });
 
   it("returns 404 for another org's workspace on read and delete, and leaves it intact", async () => {

@@ -5,14 +5,17 @@ import { toWorkspace } from "./rows.js";
 import { workspaces } from "./schema.js";
 
 export async function createWorkspace(db: Db, orgId: string, name: string) {
-  const [row] = await db.insert(workspaces).values({ id: newId("ws"), orgId, name }).returning();
+  const [row] = await db
+    .insert(workspaces)
+    .values({ id: newId("ws"), orgId, name })
+    .returning();
   return toWorkspace(row!);
 }
 
 export async function listWorkspaces(db: Db, orgId: string) {
-  return (await db.select().from(workspaces).where(eq(workspaces.orgId, orgId)).orderBy(desc(workspaces.createdAt))).map(
-    toWorkspace,
-  );
+  return (
+    await db.select().from(workspaces).where(eq(workspaces.orgId, orgId)).orderBy(desc(workspaces.createdAt))
+  ).map(toWorkspace);
 }
 
 /** Scoped by org: another org's workspace is indistinguishable from one that does not exist. */

@@ -1,0 +1,120 @@
+import { Command, Option } from "commander";
+import { PLANS, ROLES } from "../../../protocol/schemas.js";
+import { adminClient, type GlobalOptions } from "../context.js";
+import { parseExpiry, printJson, printTable, shortDate } from "../output.js";
+import { printCreatedKey, printKeys } from "./keys.js";
+
+const globals = (cmd: Command) => cmd.optsWithGlobals<GlobalOptions>();
+
+export function admin(program: Command): void {
+  const admin = program
+    .command("admin")
+    .description("Operate an edge: orgs, users and keys (needs its ADMIN_SECRET; found automatically for `npm start`)");
+
+  const orgs = admin.command("orgs").description("Manage orgs");
+  orgs
+    .command("create")
+    .description("Create an org")
+    .argument("<name>")
+    .addOption(new Option("--plan <plan>", "plan tier").choices(PLANS).default("free"))
+    .action(async (name: string, opts: { plan: (typeof PLANS)[number] }, cmd: Command) => {
+      const org = await (await adminClient(globals(cmd))).orgs.create({ name, plan: opts.plan });
+      if (globals(cmd).json) return printJson(org);
+      process.stdout.write(`Created org ${org.id} "${org.name}" on the ${org.plan} plan.\n`);
+    });
+  orgs
+    .command("list")
+    .description("List orgs")
+    .action(async (_opts, cmd: Command) => {
+      const list = await (await adminClient(globals(cmd))).orgs.list();
+      if (globals(cmd).json) return printJson(list);
+      printTable(list, [
+        ["id", (o) => o.id],
+        ["name", (o) => o.name],
+        ["plan", (o) => o.plan],
+        ["created", (o) => shortDate(o.createdAt)],
+      ]);
+    });
+  orgs
+    .command("set-plan")
+    .description("Move an org to another plan tier")
+    .argument("<orgId>")
+    .addArgument(new Command().createArgument("<plan>", "plan tier").choices(PLANS))
+    .action(async (orgId: string, plan: (typeof PLANS)[number], _opts, cmd: Command) => {
+      const org = await (await adminClient(globals(cmd))).orgs.update(orgId, { plan });
+      if (globals(cmd).json) return printJson(org);
+      process.stdout.write(`Org ${org.id} is now on the ${org.plan} plan.\n`);
+    });
+
+  const users = admin.command("users").description("Manage users");
+  users
+    .command("create")
+    .description("Add a user to an org")
+    .requiredOption("--org <orgId>", "the org to add the user to")
+    .requiredOption("--email <email>", "the user's email")
+    .option("--name <name>", "display name")
+    .addOption(new Option("--role <role>", "role in the org").choices(ROLES).default("member"))
+    .action(async (opts: { org: string; email: string; name?: string; role: (typeof ROLES)[number] }, cmd: Command) => {
+      const user = await (
+        await adminClient(globals(cmd))
+      ).users.create(opts.org, {
+        email: opts.email,
+        role: opts.role,
+        ...(opts.name ? { name: opts.name } : {}),
+      });
+      if (globals(cmd).json) return printJson(user);
+      process.stdout.write(`Created user ${user.id} <${user.email}> as ${user.role} of ${user.orgId}.\n`);
+    });
+  users
+    .command("list")
+    .description("List the users of an org")
+    .requiredOption("--org <orgId>")
+    .action(async (opts: { org: string }, cmd: Command) => {
+      const list = await (await adminClient(globals(cmd))).users.list(opts.org);
+      if (globals(cmd).json) return printJson(list);
+      printTable(list, [
+        ["id", (u) => u.id],
+        ["email", (u) => u.email],
+        ["name", (u) => u.name],
+        ["role", (u) => u.role],
+        ["created", (u) => shortDate(u.createdAt)],
+      ]);
+    });
+
+  const keys = admin.command("keys").description("Manage any user's API keys");
+  keys
+    .command("create")
+    .description("Create an API key for a user; the secret is printed once")
+    .requiredOption("--user <userId>")
+    .requiredOption("--name <name>")
+    .option("--expires <when>", "30d, 12h, 45m or an ISO date")
+    .action(async (opts: { user: string; name: string; expires?: string }, cmd: Command) => {
+      const created = await (
+        await adminClient(globals(cmd))
+      ).keys.create({
+        userId: opts.user,
+        name: opts.name,
+        ...(opts.expires ? { expiresAt: parseExpiry(opts.expires) } : {}),
+      });
+      if (globals(cmd).json) return printJson(created);
+      printCreatedKey(created);
+    });
+  keys
+    .command("list")
+    .description("List an org's API keys")
+    .requiredOption("--org <orgId>")
+    .action(async (opts: { org: string }, cmd: Command) => {
+      const list = await (await adminClient(globals(cmd))).keys.list(opts.org);
+      if (globals(cmd).json) return printJson(list);
+      printKeys(list);
+    });
+  keys
+    .command("revoke")
+    .description("Revoke any API key")
+    .argument("<keyId>")
+    .action(async (keyId: string, _opts, cmd: Command) => {
+      const revoked = await (await adminClient(globals(cmd))).keys.revoke(keyId);
+      if (globals(cmd).json) return printJson(revoked);
+      process.stdout.write(`Revoked ${revoked.id} "${revoked.name}" at ${revoked.revokedAt}.\n`);
+    });
+}

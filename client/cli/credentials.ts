@@ -1,0 +1,43 @@
+import { chmod, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import envPaths from "env-paths";
+import { z } from "zod";
+
+/** Where the CLI keeps its files: `SEXTANT_CONFIG_DIR`, else the platform's per-user config directory. */
+export function configDir(): string {
+  return process.env.SEXTANT_CONFIG_DIR || envPaths("sextant", { suffix: "" }).config;
+}
+
+/** Written by `sextant login`: the edge and key a user chose. */
+export const Credentials = z.object({ baseURL: z.url(), apiKey: z.string() });
+export type Credentials = z.infer<typeof Credentials>;
+
+/** Written by `npm start`: the local edge, its development key and its admin secret. */
+export const LocalEdge = z.object({ baseURL: z.url(), apiKey: z.string(), adminSecret: z.string() });
+export type LocalEdge = z.infer<typeof LocalEdge>;
+
+export const credentialsPath = () => join(configDir(), "credentials.json");
+export const localEdgePath = () => join(configDir(), "local-edge.json");
+
+/** Reads a JSON file through its schema; a missing, unreadable or foreign file reads as absent. */
+export async function readJsonFile<T>(path: string, schema: z.ZodType<T>): Promise<T | undefined> {
+  try {
+    const parsed = schema.safeParse(JSON.parse(await readFile(path, "utf8")));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Owner-only and atomic: a crash mid-write never leaves a half-written secret behind. */
+export async function writeSecretFile(path: string, value: unknown): Promise<void> {
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  const tmp = `${path}.${process.pid}.tmp`;
+  await writeFile(tmp, JSON.stringify(value, null, 2) + "\n", { mode: 0o600 });
+  await chmod(tmp, 0o600);
+  await rename(tmp, path);
+}
+
+export async function removeFile(path: string): Promise<void> {
+  await rm(path, { force: true });
+}

@@ -1,0 +1,204 @@
+import { isWellFormedApiKey } from "../../protocol/api-key.js";
+import {
+  ApiKeyInfo,
+  CreatedApiKey,
+  listOf,
+  Me,
+  Org,
+  User,
+  Workspace,
+  type AdminCreateKeyRequest,
+  type CreateKeyRequest,
+  type CreateOrgRequest,
+  type CreateUserRequest,
+  type CreateWorkspaceRequest,
+  type UpdateOrgRequest,
+} from "../../protocol/schemas.js";
+import { SextantError } from "./errors.js";
+import { HttpClient } from "./http.js";
+
+export const DEFAULT_BASE_URL = "http://127.0.0.1:8787";
+
+export interface ClientOptions {
+  /** Defaults to `SEXTANT_BASE_URL`, then the local edge `npm start` runs. */
+  baseURL?: string;
+  /** Milliseconds per attempt; default 60 s. */
+  timeout?: number;
+  /** Retries after a connection failure, 408, 429, 503 (and 5xx for idempotent calls); default 2. */
+  maxRetries?: number;
+  /** Swap in any `fetch`-compatible function: a proxy, a test double, an instrumented one. */
+  fetch?: typeof fetch;
+  defaultHeaders?: Record<string, string>;
+}
+
+export interface SextantOptions extends ClientOptions {
+  /** Defaults to `SEXTANT_API_KEY`. */
+  apiKey?: string;
+}
+
+export interface PerRequest {
+  signal?: AbortSignal;
+}
+
+const envVar = (name: string): string | undefined =>
+  typeof process !== "undefined" ? process.env[name] || undefined : undefined;
+
+function transport(token: string | undefined, options: ClientOptions): HttpClient {
+  return new HttpClient({
+    baseURL: options.baseURL ?? envVar("SEXTANT_BASE_URL") ?? DEFAULT_BASE_URL,
+    token,
+    timeout: options.timeout ?? 60_000,
+    maxRetries: options.maxRetries ?? 2,
+    fetch: options.fetch ?? globalThis.fetch.bind(globalThis),
+    ...(options.defaultHeaders ? { defaultHeaders: options.defaultHeaders } : {}),
+  });
+}
+
+/**
+ * The Sextant API for editors and agents.
+ *
+ * @example
+ * const sextant = new Sextant({ apiKey: process.env.SEXTANT_API_KEY });
+ * const me = await sextant.me();
+ * console.log(me.org.name, me.org.plan);
+ */
+export class Sextant {
+  readonly http: HttpClient;
+
+  constructor(options: SextantOptions = {}) {
+    const apiKey = options.apiKey ?? envVar("SEXTANT_API_KEY");
+    if (!apiKey) {
+      throw new SextantError("No API key: pass `apiKey`, set SEXTANT_API_KEY, or run `npx sextant login`.");
+    }
+    if (!isWellFormedApiKey(apiKey)) {
+      throw new SextantError(
+        "The API key is malformed: Sextant keys look like `sxt_` followed by 46 letters and digits.",
+      );
+    }
+    this.http = transport(apiKey, options);
+  }
+
+  get baseURL(): string {
+    return this.http.options.baseURL;
+  }
+
+  /** The org, user and key behind this client's API key. */
+  me(opts: PerRequest = {}): Promise<Me> {
+    return this.http.request({ method: "GET", path: "/v1/me", schema: Me, ...opts });
+  }
+
+  readonly keys = {
+    list: (opts: PerRequest = {}) =>
+      this.http.request({ method: "GET", path: "/v1/keys", schema: listOf(ApiKeyInfo), ...opts }).then((r) => r.data),
+    /** The returned `key` is shown once and never again. */
+    create: (body: CreateKeyRequest, opts: PerRequest = {}) =>
+      this.http.request({ method: "POST", path: "/v1/keys", body, schema: CreatedApiKey, ...opts }),
+    revoke: (keyId: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "DELETE",
+        path: `/v1/keys/${encodeURIComponent(keyId)}`,
+        schema: ApiKeyInfo,
+        ...opts,
+      }),
+  };
+
+  readonly workspaces = {
+    list: (opts: PerRequest = {}) =>
+      this.http
+        .request({ method: "GET", path: "/v1/workspaces", schema: listOf(Workspace), ...opts })
+        .then((r) => r.data),
+    create: (body: CreateWorkspaceRequest, opts: PerRequest = {}) =>
+      this.http.request({ method: "POST", path: "/v1/workspaces", body, schema: Workspace, ...opts }),
+    get: (workspaceId: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "GET",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}`,
+        schema: Workspace,
+        ...opts,
+      }),
+    delete: (workspaceId: string, opts: PerRequest = {}) =>
+      this.http
+        .request({ method: "DELETE", path: `/v1/workspaces/${encodeURIComponent(workspaceId)}`, ...opts })
+        .then((): void => undefined),
+  };
+}
+
+export interface SextantAdminOptions extends ClientOptions {
+  /** Defaults to `SEXTANT_ADMIN_SECRET`. */
+  adminSecret?: string;
+}
+
+/**
+ * The operator surface: orgs, users and keys. Needs the edge's `ADMIN_SECRET`.
+ *
+ * @example
+ * const admin = new SextantAdmin({ adminSecret: process.env.SEXTANT_ADMIN_SECRET });
+ * const org = await admin.orgs.create({ name: "Acme", plan: "pro" });
+ */
+export class SextantAdmin {
+  readonly http: HttpClient;
+
+  constructor(options: SextantAdminOptions = {}) {
+    const secret = options.adminSecret ?? envVar("SEXTANT_ADMIN_SECRET");
+    if (!secret) throw new SextantError("No admin secret: pass `adminSecret` or set SEXTANT_ADMIN_SECRET.");
+    this.http = transport(secret, options);
+  }
+
+  readonly orgs = {
+    create: (body: CreateOrgRequest, opts: PerRequest = {}) =>
+      this.http.request({ method: "POST", path: "/admin/orgs", body, schema: Org, ...opts }),
+    list: (opts: PerRequest = {}) =>
+      this.http.request({ method: "GET", path: "/admin/orgs", schema: listOf(Org), ...opts }).then((r) => r.data),
+    get: (orgId: string, opts: PerRequest = {}) =>
+      this.http.request({ method: "GET", path: `/admin/orgs/${encodeURIComponent(orgId)}`, schema: Org, ...opts }),
+    update: (orgId: string, body: UpdateOrgRequest, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "PATCH",
+        path: `/admin/orgs/${encodeURIComponent(orgId)}`,
+        body,
+        schema: Org,
+        idempotent: true,
+        ...opts,
+      }),
+  };
+
+  readonly users = {
+    create: (orgId: string, body: CreateUserRequest, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: `/admin/orgs/${encodeURIComponent(orgId)}/users`,
+        body,
+        schema: User,
+        ...opts,
+      }),
+    list: (orgId: string, opts: PerRequest = {}) =>
+      this.http
+        .request({
+          method: "GET",
+          path: `/admin/orgs/${encodeURIComponent(orgId)}/users`,
+          schema: listOf(User),
+          ...opts,
+        })
+        .then((r) => r.data),
+    findByEmail: (email: string, opts: PerRequest = {}) =>
+      this.http
+        .request({ method: "GET", path: "/admin/users", query: { email }, schema: listOf(User), ...opts })
+        .then((r) => r.data[0] ?? null),
+  };
+
+  readonly keys = {
+    create: (body: AdminCreateKeyRequest, opts: PerRequest = {}) =>
+      this.http.request({ method: "POST", path: "/admin/keys", body, schema: CreatedApiKey, ...opts }),
+    list: (orgId: string, opts: PerRequest = {}) =>
+      this.http
+        .request({ method: "GET", path: "/admin/keys", query: { orgId }, schema: listOf(ApiKeyInfo), ...opts })
+        .then((r) => r.data),
+    revoke: (keyId: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "DELETE",
+        path: `/admin/keys/${encodeURIComponent(keyId)}`,
+        schema: ApiKeyInfo,
+        ...opts,
+      }),
+  };
+}

@@ -1,0 +1,125 @@
+/**
+ * `npm start`: the local edge under `wrangler dev` with local D1, R2 and Durable Objects,
+ * migrations applied first, and a development account whose key the CLI finds by itself.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { Sextant, SextantAdmin } from "../client/sdk/client.js";
+import { AuthenticationError } from "../client/sdk/errors.js";
+import { LocalEdge, localEdgePath, readJsonFile, writeSecretFile } from "../client/cli/credentials.js";
+
+const DEV_EMAIL = "dev@sextant.localhost";
+
+const { values: args } = parseArgs({
+  options: {
+    port: { type: "string", default: process.env.SEXTANT_PORT ?? "8787" },
+    ip: { type: "string", default: "127.0.0.1" },
+    "persist-to": { type: "string", default: ".wrangler/state" },
+  },
+});
+const baseURL = `http://${args.ip}:${args.port}`;
+const wranglerEnv = { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" };
+
+/** The admin secret lives in `.dev.vars` (git-ignored), created with a random value on first run. */
+function ensureAdminSecret(): string {
+  let vars = "";
+  try {
+    vars = readFileSync(".dev.vars", "utf8");
+  } catch {
+    // First run.
+  }
+  const existing = vars.match(/^ADMIN_SECRET\s*=\s*"?([^"\n]+)"?\s*$/m)?.[1];
+  if (existing) return existing;
+  const secret = randomBytes(32).toString("hex");
+  writeFileSync(".dev.vars", `${vars}${vars && !vars.endsWith("\n") ? "\n" : ""}ADMIN_SECRET=${secret}\n`, {
+    mode: 0o600,
+  });
+  return secret;
+}
+
+function applyMigrations(): void {
+  const result = spawnSync(
+    "npx",
+    ["wrangler", "d1", "migrations", "apply", "DB", "--local", "--persist-to", args["persist-to"]],
+    { stdio: ["ignore", "inherit", "inherit"], env: wranglerEnv },
+  );
+  if (result.status !== 0) {
+    console.error("Applying D1 migrations failed; see above.");
+    process.exit(1);
+  }
+}
+
+async function waitForHealth(child: { exitCode: number | null }, deadlineMs = 90_000): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`wrangler dev exited with code ${child.exitCode}`);
+    try {
+      if ((await fetch(`${baseURL}/healthz`)).ok) return;
+    } catch {
+      // Not listening yet.
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw new Error(`The edge did not answer ${baseURL}/healthz within ${deadlineMs / 1000} s`);
+}
+
+/** Reuses the saved development key while it still works; otherwise creates the account or a new key. */
+async function ensureDevAccount(adminSecret: string): Promise<LocalEdge> {
+  const saved = await readJsonFile(localEdgePath(), LocalEdge);
+  if (saved && saved.baseURL === baseURL) {
+    try {
+      await new Sextant({ apiKey: saved.apiKey, baseURL }).me();
+      const local = { ...saved, adminSecret };
+      await writeSecretFile(localEdgePath(), local);
+      return local;
+    } catch (err) {
+      if (!(err instanceof AuthenticationError)) throw err;
+    }
+  }
+  const admin = new SextantAdmin({ adminSecret, baseURL });
+  let user = await admin.users.findByEmail(DEV_EMAIL);
+  if (!user) {
+    const org = await admin.orgs.create({ name: "Local development", plan: "business" });
+    user = await admin.users.create(org.id, { email: DEV_EMAIL, name: "Local developer", role: "owner" });
+  }
+  const key = await admin.keys.create({ userId: user.id, name: "local development" });
+  const local = { baseURL, apiKey: key.key, adminSecret };
+  await writeSecretFile(localEdgePath(), local);
+  return local;
+}
+
+const adminSecret = ensureAdminSecret();
+applyMigrations();
+const child = spawn(
+  "npx",
+  [
+    "wrangler",
+    "dev",
+    "--ip",
+    args.ip,
+    "--port",
+    args.port,
+    "--persist-to",
+    args["persist-to"],
+    "--show-interactive-dev-session=false",
+  ],
+  { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
+);
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
+child.on("exit", (code, signal) => process.exit(code ?? (signal ? 0 : 1)));
+
+try {
+  await waitForHealth(child);
+  await ensureDevAccount(adminSecret);
+  console.log(
+    `\nSextant edge ready at ${baseURL}\n` +
+      `Development key saved to ${localEdgePath()} (the CLI finds it).\n` +
+      `Try: npx sextant whoami\n`,
+  );
+} catch (err) {
+  console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);
+  child.kill("SIGTERM");
+  process.exitCode = 1;
+}

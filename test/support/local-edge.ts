@@ -1,0 +1,81 @@
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface LocalEdge {
+  baseURL: string;
+  configDir: string;
+  persistTo: string;
+  output: () => string;
+  stop: () => Promise<void>;
+}
+
+/** Runs `npm start`'s script exactly as a user would, on its own port, state and config directories. */
+export async function startLocalEdge(
+  options: { port?: number; configDir?: string; persistTo?: string } = {},
+): Promise<LocalEdge> {
+  const port = options.port ?? (await freePort());
+  const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
+  const persistTo = options.persistTo ?? mkdtempSync(join(tmpdir(), "sextant-state-"));
+  let log = "";
+  const child: ChildProcess = spawn(
+    "npx",
+    ["tsx", "scripts/start.ts", "--port", String(port), "--persist-to", persistTo],
+    {
+      cwd: ROOT,
+      env: { ...process.env, SEXTANT_CONFIG_DIR: configDir, WRANGLER_SEND_METRICS: "false" },
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    },
+  );
+  child.stdout!.on("data", (d) => (log += d));
+  child.stderr!.on("data", (d) => (log += d));
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    process.kill(-child.pid!, "SIGTERM");
+    const timer = setTimeout(() => process.kill(-child.pid!, "SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+  };
+  const deadline = Date.now() + 90_000;
+  while (!log.includes("Sextant edge ready")) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(`npm start did not become ready:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output: () => log, stop };
+}
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real `sextant` bin in a fresh process. */
+export function sextant(args: string[], env: Record<string, string> = {}): CliResult {
+  const result = spawnSync(process.execPath, [join(ROOT, "client/bin/sextant.js"), ...args], {
+    cwd: tmpdir(),
+    env: { ...process.env, SEXTANT_API_KEY: "", SEXTANT_BASE_URL: "", SEXTANT_ADMIN_SECRET: "", ...env },
+    encoding: "utf8",
+  });
+  return { code: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
+}
