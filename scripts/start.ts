@@ -17,6 +17,8 @@ const { values: args } = parseArgs({
     port: { type: "string", default: process.env.SEXTANT_PORT ?? "8787" },
     ip: { type: "string", default: "127.0.0.1" },
     "persist-to": { type: "string", default: ".wrangler/state" },
+    /** Overrides a `[vars]` entry, as `NAME:value`; repeatable. */
+    var: { type: "string", multiple: true, default: [] },
   },
 });
 const baseURL = `http://${args.ip}:${args.port}`;
@@ -104,6 +106,7 @@ const child = spawn(
     "--persist-to",
     args["persist-to"],
     "--show-interactive-dev-session=false",
+    ...args.var.flatMap((v) => ["--var", v]),
   ],
   { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
 );

@@ -27,7 +27,7 @@ export interface LocalEdge {
 
 /** Runs `npm start`'s script exactly as a user would, on its own port, state and config directories. */
 export async function startLocalEdge(
-  options: { port?: number; configDir?: string; persistTo?: string } = {},
+  options: { port?: number; configDir?: string; persistTo?: string; vars?: Record<string, string> } = {},
 ): Promise<LocalEdge> {
   const port = options.port ?? (await freePort());
   const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
@@ -35,7 +35,15 @@ export async function startLocalEdge(
   let log = "";
   const child: ChildProcess = spawn(
     "npx",
-    ["tsx", "scripts/start.ts", "--port", String(port), "--persist-to", persistTo],
+    [
+      "tsx",
+      "scripts/start.ts",
+      "--port",
+      String(port),
+      "--persist-to",
+      persistTo,
+      ...Object.entries(options.vars ?? {}).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+    ],
     {
       cwd: ROOT,
       env: { ...process.env, SEXTANT_CONFIG_DIR: configDir, WRANGLER_SEND_METRICS: "false" },

@@ -1,0 +1,129 @@
+import { env } from "cloudflare:test";
+import { beforeAll, describe, it } from "vitest";
+import { generateApiKey } from "../../protocol/api-key.js";
+import { adminCall, call, createAccount, expectProblem, type Account } from "./harness.js";
+
+/**
+ * Every authenticated route, held to the same security and input rules by one table:
+ * a new route is covered by adding a line here.
+ */
+interface Route {
+  method: string;
+  path: (ids: Ids) => string;
+  /** A valid body, for routes that take one. */
+  body?: unknown;
+  /** Addresses one org's resource by id, so another org must get 404. */
+  tenant?: true;
+}
+interface Ids {
+  keyId: string;
+  workspaceId: string;
+  orgId: string;
+}
+
+const customerRoutes: Route[] = [
+  { method: "GET", path: () => "/v1/me" },
+  { method: "GET", path: () => "/v1/keys" },
+  { method: "POST", path: () => "/v1/keys", body: { name: "k" } },
+  { method: "DELETE", path: (ids) => `/v1/keys/${ids.keyId}`, tenant: true },
+  { method: "GET", path: () => "/v1/workspaces" },
+  { method: "POST", path: () => "/v1/workspaces", body: { name: "w" } },
+  { method: "GET", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
+  { method: "DELETE", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
+];
+
+const adminRoutes: Route[] = [
+  { method: "GET", path: () => "/admin/orgs" },
+  { method: "POST", path: () => "/admin/orgs", body: { name: "o" } },
+  { method: "GET", path: (ids) => `/admin/orgs/${ids.orgId}` },
+  { method: "PATCH", path: (ids) => `/admin/orgs/${ids.orgId}`, body: { plan: "pro" } },
+  { method: "GET", path: (ids) => `/admin/orgs/${ids.orgId}/users` },
+  { method: "POST", path: (ids) => `/admin/orgs/${ids.orgId}/users`, body: { email: "m@example.com" } },
+  { method: "GET", path: () => "/admin/users?email=a@example.com" },
+  { method: "GET", path: (ids) => `/admin/keys?orgId=${ids.orgId}` },
+  { method: "POST", path: () => "/admin/keys", body: { userId: "usr_x", name: "k" } },
+  { method: "DELETE", path: (ids) => `/admin/keys/${ids.keyId}` },
+];
+
+const label = (r: Route) => `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org" })}`;
+
+let victim: Account;
+let revoked: Account;
+let expired: Account;
+let ids: Ids;
+
+beforeAll(async () => {
+  victim = await createAccount();
+  revoked = await createAccount();
+  await adminCall(`/keys/${revoked.key.id}`, { method: "DELETE" });
+  expired = await createAccount({ expiresAt: new Date(Date.now() + 1000).toISOString() });
+  const ws = (await (await call("/v1/workspaces", { token: victim.key.key, body: { name: "victim" } })).json()) as {
+    id: string;
+  };
+  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id };
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+});
+
+describe.each(customerRoutes)("$method customer route %#", (route) => {
+  const send = (token?: string, extra: { body?: unknown; headers?: Record<string, string> } = {}) =>
+    call(route.path(ids), { method: route.method, token, body: route.body, ...extra });
+
+  it(`${label(route)}: 401 without a key`, async () => {
+    await expectProblem(await send(), 401, "unauthenticated");
+  });
+  it(`${label(route)}: 401 for a malformed key`, async () => {
+    await expectProblem(await send("sxt_short"), 401, "unauthenticated");
+  });
+  it(`${label(route)}: 401 for an unknown key`, async () => {
+    await expectProblem(await send(generateApiKey()), 401, "unauthenticated");
+  });
+  it(`${label(route)}: 401 for a revoked key`, async () => {
+    await expectProblem(await send(revoked.key.key), 401, "unauthenticated");
+  });
+  it(`${label(route)}: 401 for an expired key`, async () => {
+    await expectProblem(await send(expired.key.key), 401, "unauthenticated");
+  });
+  if (route.body) {
+    it(`${label(route)}: 413 for an oversized body`, async () => {
+      const huge = JSON.stringify({ name: "x".repeat(Number(env.MAX_BODY_BYTES) + 1) });
+      await expectProblem(await send(victim.key.key, { body: huge }), 413, "payload_too_large");
+    });
+    it(`${label(route)}: 400 for malformed JSON`, async () => {
+      await expectProblem(await send(victim.key.key, { body: '{"name": ' }), 400, "invalid_request");
+    });
+    it(`${label(route)}: 415 for a non-JSON body`, async () => {
+      await expectProblem(
+        await send(victim.key.key, { body: "name=x", headers: { "Content-Type": "text/plain" } }),
+        415,
+        "unsupported_media_type",
+      );
+    });
+    it(`${label(route)}: 400 for an unknown field`, async () => {
+      await expectProblem(
+        await send(victim.key.key, { body: { ...(route.body as object), surprise: true } }),
+        400,
+        "invalid_request",
+      );
+    });
+  }
+  if (route.tenant) {
+    it(`${label(route)}: 404 for another org's resource`, async () => {
+      const intruder = await createAccount();
+      await expectProblem(await send(intruder.key.key), 404, "not_found");
+    });
+  }
+});
+
+describe.each(adminRoutes)("$method admin route %#", (route) => {
+  const send = (token?: string) => call(route.path(ids), { method: route.method, token, body: route.body });
+
+  it(`${label(route)}: 401 without the admin secret`, async () => {
+    await expectProblem(await send(), 401, "unauthenticated");
+  });
+  it(`${label(route)}: 403 with a wrong admin secret`, async () => {
+    await expectProblem(await send("not-the-admin-secret-but-long-enough-to-try"), 403, "forbidden");
+  });
+  it(`${label(route)}: 403 with a customer API key`, async () => {
+    await expectProblem(await send(victim.key.key), 403, "forbidden");
+  });
+});
