@@ -1,5 +1,14 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
+import {
+  CommitRequest,
+  DiffRequest,
+  SYNC_PROTOCOL,
+  type CommitResponse,
+  type DiffResponse,
+  type TreeStatus,
+} from "../protocol/sync.js";
+import { MerkleStore } from "./merkle-store.js";
 
 const WorkspaceMeta = z.object({
   workspaceId: z.string().min(1),
@@ -8,30 +17,50 @@ const WorkspaceMeta = z.object({
 });
 export type WorkspaceMeta = z.infer<typeof WorkspaceMeta>;
 
+/** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
+export class InvalidRpcInput extends TypeError {}
+
+function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) throw new InvalidRpcInput(`Invalid ${what}: ${parsed.error.message}`);
+  return parsed.data;
+}
+
 /**
- * One object per workspace: the home of its index state. SQLite-backed; every RPC input is
- * validated because a stub can be called by any code holding the namespace binding.
+ * One object per workspace: its metadata and the Merkle tree of what is indexed. SQLite-backed;
+ * every RPC input is validated, because any code holding the binding can call a stub.
  */
 export class Workspace extends DurableObject<Env> {
+  /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
+  #tree: MerkleStore | null = null;
+
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     ctx.blockConcurrencyWhile(async () => {
-      ctx.storage.sql.exec(
-        `CREATE TABLE IF NOT EXISTS meta (
-           id INTEGER PRIMARY KEY CHECK (id = 1),
-           workspace_id TEXT NOT NULL,
-           org_id TEXT NOT NULL,
-           created_at TEXT NOT NULL
-         )`,
-      );
+      const initialized = ctx.storage.sql
+        .exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+        .toArray().length;
+      if (initialized) this.#open();
     });
+  }
+
+  #open(): void {
+    this.ctx.storage.sql.exec(
+      `CREATE TABLE IF NOT EXISTS meta (
+         id INTEGER PRIMARY KEY CHECK (id = 1),
+         workspace_id TEXT NOT NULL,
+         org_id TEXT NOT NULL,
+         created_at TEXT NOT NULL,
+         last_sync_at TEXT
+       )`,
+    );
+    this.#tree = new MerkleStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn));
   }
 
   /** Idempotent: a retried create after a dropped connection leaves the same state. */
   async init(input: WorkspaceMeta): Promise<WorkspaceMeta> {
-    const parsed = WorkspaceMeta.safeParse(input);
-    if (!parsed.success) throw new TypeError(`Invalid workspace metadata: ${parsed.error.message}`);
-    const meta = parsed.data;
+    const meta = parse(WorkspaceMeta, input, "workspace metadata");
+    if (!this.#tree) this.#open();
     const existing = this.#meta();
     if (existing) return existing;
     this.ctx.storage.sql.exec(
@@ -44,19 +73,55 @@ export class Workspace extends DurableObject<Env> {
   }
 
   async describe(): Promise<WorkspaceMeta | null> {
-    return this.#meta();
+    return this.#tree ? this.#meta() : null;
+  }
+
+  /** Null when the workspace does not exist (never created, or deleted). */
+  async status(): Promise<TreeStatus | null> {
+    if (!this.#tree) return null;
+    const { root, files, bytes } = this.#tree.totals();
+    return { protocol: SYNC_PROTOCOL, root, files, bytes, lastSyncAt: this.#lastSyncAt() };
+  }
+
+  async diff(input: DiffRequest): Promise<DiffResponse | null> {
+    const request = parse(DiffRequest, input, "diff request");
+    if (!this.#tree) return null;
+    const { nodes, truncated } = this.#tree.descendants(request.dirs, request.budget);
+    return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, nodes, truncated };
+  }
+
+  /** Applies a batch of accepted leaves and deletions atomically; replaying it changes nothing. */
+  async commit(input: CommitRequest): Promise<CommitResponse | null> {
+    const request = parse(CommitRequest, input, "commit");
+    if (!this.#tree) return null;
+    const { root, files, bytes } = this.#tree.commit(request.upserts, request.deletes);
+    const now = new Date().toISOString();
+    this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
+    return {
+      protocol: SYNC_PROTOCOL,
+      root,
+      files,
+      bytes,
+      lastSyncAt: now,
+      applied: request.upserts.length + request.deletes.length,
+    };
   }
 
   /** Wipes every byte this object holds; later capabilities keep all their state here too. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
+    this.#tree = null;
   }
 
   #meta(): WorkspaceMeta | null {
-    const rows = this.ctx.storage.sql.exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1").toArray();
-    const row = rows[0];
+    const row = this.ctx.storage.sql.exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1").toArray()[0];
     if (!row) return null;
     return WorkspaceMeta.parse({ workspaceId: row.workspace_id, orgId: row.org_id, createdAt: row.created_at });
+  }
+
+  #lastSyncAt(): string | null {
+    const row = this.ctx.storage.sql.exec("SELECT last_sync_at FROM meta WHERE id = 1").toArray()[0];
+    return row?.last_sync_at ? String(row.last_sync_at) : null;
   }
 }

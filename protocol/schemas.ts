@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { ERROR_CODES } from "./errors.js";
+import { TreeStatus } from "./sync.js";
 
 export const PLANS = ["free", "pro", "business"] as const;
 export const Plan = z.enum(PLANS);
@@ -53,6 +54,9 @@ export type Me = z.infer<typeof Me>;
 export const Workspace = z.object({ id: z.string(), orgId: z.string(), name: z.string(), createdAt: timestamp });
 export type Workspace = z.infer<typeof Workspace>;
 
+export const WorkspaceDetail = Workspace.extend({ tree: TreeStatus });
+export type WorkspaceDetail = z.infer<typeof WorkspaceDetail>;
+
 export const Health = z.object({ status: z.literal("ok"), version: z.string(), time: timestamp });
 export type Health = z.infer<typeof Health>;
 
@@ -87,7 +91,8 @@ export type CreateKeyRequest = z.input<typeof CreateKeyRequest>;
 export const AdminCreateKeyRequest = CreateKeyRequest.extend({ userId: z.string().min(1).max(64) });
 export type AdminCreateKeyRequest = z.input<typeof AdminCreateKeyRequest>;
 
-export const CreateWorkspaceRequest = z.strictObject({ name });
+/** Clients send an encrypted label here, which runs longer than a human name. */
+export const CreateWorkspaceRequest = z.strictObject({ name: z.string().trim().min(1).max(400) });
 export type CreateWorkspaceRequest = z.input<typeof CreateWorkspaceRequest>;
 
 export const Problem = z.object({

@@ -8,6 +8,7 @@ import {
   RateLimitError,
 } from "../sdk/errors.js";
 import { UsageError } from "./context.js";
+import { WorkspaceNotIndexedError } from "../workspace/session.js";
 
 /** Exit codes, stable so that scripts can branch on them. */
 export const EXIT = {
@@ -22,6 +23,7 @@ export const EXIT = {
 
 const EXIT_BY_ERROR: [new (...args: never[]) => Error, number][] = [
   [UsageError, EXIT.usage],
+  [WorkspaceNotIndexedError, EXIT.notFound],
   [BadRequestError, EXIT.usage],
   [AuthenticationError, EXIT.auth],
   [PermissionDeniedError, EXIT.auth],

@@ -7,6 +7,7 @@ import {
   Org,
   User,
   Workspace,
+  WorkspaceDetail,
   type AdminCreateKeyRequest,
   type CreateKeyRequest,
   type CreateOrgRequest,
@@ -14,6 +15,7 @@ import {
   type CreateWorkspaceRequest,
   type UpdateOrgRequest,
 } from "../../protocol/schemas.js";
+import { CommitResponse, DiffResponse, TreeStatus, type CommitRequest, type DiffRequest } from "../../protocol/sync.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
 
@@ -113,7 +115,35 @@ export class Sextant {
       this.http.request({
         method: "GET",
         path: `/v1/workspaces/${encodeURIComponent(workspaceId)}`,
-        schema: Workspace,
+        schema: WorkspaceDetail,
+        ...opts,
+      }),
+    /** The Merkle root and totals of what the workspace has indexed. */
+    tree: (workspaceId: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "GET",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree`,
+        schema: TreeStatus,
+        ...opts,
+      }),
+    /** Subtrees of the edge's tree, breadth-first, for finding where it differs from the local one. */
+    diff: (workspaceId: string, body: DiffRequest, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/diff`,
+        body,
+        schema: DiffResponse,
+        idempotent: true,
+        ...opts,
+      }),
+    /** Applies accepted leaves and deletions atomically; replaying a commit changes nothing, so it is retried. */
+    commit: (workspaceId: string, body: CommitRequest, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/commit`,
+        body,
+        schema: CommitResponse,
+        idempotent: true,
         ...opts,
       }),
     delete: (workspaceId: string, opts: PerRequest = {}) =>

@@ -1,5 +1,6 @@
-import { Hono } from "hono";
-import { CreateWorkspaceRequest } from "../../protocol/schemas.js";
+import { Hono, type Context } from "hono";
+import { CreateWorkspaceRequest, type WorkspaceDetail } from "../../protocol/schemas.js";
+import { CommitRequest, DiffRequest } from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
@@ -9,6 +10,23 @@ import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 
 const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}\` in your org.`);
+
+/** The caller's workspace, or 404: another org's workspace is indistinguishable from a missing one. */
+async function ownWorkspace(c: Context<AppEnv>) {
+  const id = c.req.param("id")!;
+  const workspace = await getWorkspace(database(c.env.DB), c.var.principal.org.id, id);
+  if (!workspace) throw notFound(id);
+  return { workspace, stub: workspaceStub(c.env, workspace.id) };
+}
+
+/** Runs a Durable Object call, reports its duration as Server-Timing, and maps "gone" to 404. */
+async function timed<T>(c: Context<AppEnv>, id: string, call: () => Promise<T | null>): Promise<T> {
+  const started = performance.now();
+  const result = await call();
+  c.header("Server-Timing", `workspace;dur=${(performance.now() - started).toFixed(1)}`);
+  if (result === null) throw notFound(id);
+  return result;
+}
 
 export const workspaces = new Hono<AppEnv>()
   .use(requireApiKey)
@@ -25,16 +43,29 @@ export const workspaces = new Hono<AppEnv>()
   })
   .get("/", async (c) => c.json({ data: await listWorkspaces(database(c.env.DB), c.var.principal.org.id) }))
   .get("/:id", async (c) => {
-    const workspace = await getWorkspace(database(c.env.DB), c.var.principal.org.id, c.req.param("id"));
-    if (!workspace) throw notFound(c.req.param("id"));
-    return c.json(workspace);
+    const { workspace, stub } = await ownWorkspace(c);
+    const tree = await timed(c, workspace.id, () => stub.status());
+    return c.json({ ...workspace, tree } satisfies WorkspaceDetail);
   })
   .delete("/:id", async (c) => {
     const db = database(c.env.DB);
-    const workspace = await getWorkspace(db, c.var.principal.org.id, c.req.param("id"));
-    if (!workspace) throw notFound(c.req.param("id"));
+    const { workspace, stub } = await ownWorkspace(c);
     // Object state first: if the D1 delete then fails, a retry still finds the row and finishes.
-    await workspaceStub(c.env, workspace.id).destroy();
+    await stub.destroy();
     await deleteWorkspace(db, workspace.id);
     return c.body(null, 204);
+  })
+  .get("/:id/tree", async (c) => {
+    const { workspace, stub } = await ownWorkspace(c);
+    return c.json(await timed(c, workspace.id, () => stub.status()));
+  })
+  .post("/:id/tree/diff", async (c) => {
+    const body = await jsonBody(c, DiffRequest);
+    const { workspace, stub } = await ownWorkspace(c);
+    return c.json(await timed(c, workspace.id, () => stub.diff(body)));
+  })
+  .post("/:id/tree/commit", async (c) => {
+    const body = await jsonBody(c, CommitRequest);
+    const { workspace, stub } = await ownWorkspace(c);
+    return c.json(await timed(c, workspace.id, () => stub.commit(body)));
   });

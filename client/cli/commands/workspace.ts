@@ -1,0 +1,239 @@
+import { readFileSync } from "node:fs";
+import type { Command } from "commander";
+import type { IndexReport } from "../../workspace/session.js";
+import { indexWorkspace, openWorkspace } from "../../workspace/session.js";
+import { watchWorkspace } from "../../workspace/watch.js";
+import {
+  exportToken,
+  parseToken,
+  readRegistry,
+  removeEntry,
+  saveEntry,
+  canonicalRoot,
+} from "../../workspace/registry.js";
+import { loadState, removeState } from "../../workspace/state.js";
+import { scanWorkspace } from "../../workspace/scanner.js";
+import { LocalTree } from "../../workspace/tree.js";
+import { NotFoundError } from "../../sdk/errors.js";
+import { client, UsageError, type GlobalOptions } from "../context.js";
+import { printFields, printJson, printTable, shortDate } from "../output.js";
+import { progress } from "../progress.js";
+
+const plural = (n: number, word: string) => `${n.toLocaleString("en-US")} ${word}${n === 1 ? "" : "s"}`;
+
+function skippedLine(report: IndexReport): string {
+  const parts = Object.entries(report.skipped)
+    .filter(([, n]) => n > 0)
+    .map(([why, n]) => `${n} ${why === "tooLarge" ? "too large" : why}`);
+  return parts.length ? `; skipped ${parts.join(", ")}` : "";
+}
+
+export function summary(report: IndexReport): string {
+  const { sync } = report;
+  const changes =
+    sync.added + sync.changed + sync.deleted === 0
+      ? "no changes"
+      : `+${sync.added} added, ~${sync.changed} changed, -${sync.deleted} deleted`;
+  const state = sync.converged ? "in sync" : "not converged (another client is syncing; run again)";
+  return (
+    `${report.created ? "Created workspace" : "Workspace"} ${report.workspaceId}: ${plural(report.files, "file")}, ` +
+    `${changes}; ${state}${skippedLine(report)}. ` +
+    `Scan ${report.scanMs.toFixed(0)} ms (${plural(report.hashed, "file")} hashed), sync ${report.syncMs.toFixed(0)} ms ` +
+    `in ${plural(sync.roundTrips, "round trip")}.`
+  );
+}
+
+export function workspaceCommands(program: Command): void {
+  program
+    .command("index")
+    .description("Index a directory: scan it, and sync its Merkle tree (encrypted names, keyed hashes) to the edge")
+    .argument("[dir]", "the workspace root", ".")
+    .option("--max-file-bytes <n>", "skip files larger than this", String(1024 * 1024))
+    .action(async (dir: string, opts: { maxFileBytes: string }, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const maxFileBytes = Number(opts.maxFileBytes);
+      if (!Number.isInteger(maxFileBytes) || maxFileBytes <= 0)
+        throw new UsageError("--max-file-bytes must be a positive integer.");
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir, { create: true });
+      const bar = progress(!options.json);
+      try {
+        const report = await indexWorkspace(sextant, ws, {
+          maxFileBytes,
+          onProgress: (e) => bar.update(e.phase === "scan" ? "scanning" : "hashing", e.done, e.total),
+          onUpload: (e) => bar.update("syncing", e.done, e.total),
+        });
+        bar.stop();
+        if (options.json) return printJson(report);
+        process.stdout.write(summary(report) + "\n");
+      } finally {
+        bar.stop();
+      }
+    });
+
+  program
+    .command("status")
+    .description("Compare a directory with what the edge has indexed")
+    .argument("[dir]", "the workspace root or a directory inside it", ".")
+    .action(async (dir: string, _opts, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir);
+      const remote = await sextant.workspaces.get(ws.entry.workspaceId);
+      const state = await loadState(ws.stateKey);
+      const scan = scanWorkspace(ws.entry.root, ws.secret, {
+        previous: state.entries,
+        previousStartedAt: state.startedAt,
+      });
+      const tree = new LocalTree(scan.files, ws.secret);
+      let pending: { added: number; changed: number; deleted: number } | null = null;
+      if (state.syncedRoot === remote.tree.root) {
+        pending = { added: 0, changed: 0, deleted: 0 };
+        for (const [path, entry] of scan.files) {
+          const synced = state.synced.get(path);
+          if (synced === undefined) pending.added++;
+          else if (synced !== entry.hash) pending.changed++;
+        }
+        for (const path of state.synced.keys()) if (!scan.files.has(path)) pending.deleted++;
+      }
+      const inSync = tree.root === remote.tree.root;
+      const result = {
+        workspaceId: ws.entry.workspaceId,
+        root: ws.entry.root,
+        baseURL: ws.entry.baseURL,
+        inSync,
+        local: { files: scan.files.size, root: tree.root, skipped: scan.skipped },
+        edge: remote.tree,
+        pending,
+      };
+      if (options.json) return printJson(result);
+      printFields([
+        ["Workspace", `${result.workspaceId} at ${result.root}`],
+        [
+          "Edge",
+          `${plural(remote.tree.files, "file")}, ${remote.tree.bytes.toLocaleString("en-US")} bytes, last sync ${shortDate(remote.tree.lastSyncAt) ?? "never"}`,
+        ],
+        ["Local", plural(scan.files.size, "file")],
+        [
+          "State",
+          inSync
+            ? "in sync"
+            : pending
+              ? `${pending.added} to add, ${pending.changed} changed, ${pending.deleted} to delete; run \`sextant index\``
+              : "differs from the edge; run `sextant index`",
+        ],
+      ]);
+    });
+
+  program
+    .command("watch")
+    .description("Keep a directory indexed: sync on every change, reconcile periodically, ride out edge outages")
+    .argument("[dir]", "the workspace root", ".")
+    .option("--debounce <ms>", "quiet time before a sync", "200")
+    .option("--reconcile <seconds>", "full reconcile interval", "600")
+    .action(async (dir: string, opts: { debounce: string; reconcile: string }, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir, { create: true });
+      const controller = new AbortController();
+      for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => controller.abort());
+      const log = (event: object, human: string) =>
+        process.stdout.write(
+          options.json ? JSON.stringify({ time: new Date().toISOString(), ...event }) + "\n" : `${human}\n`,
+        );
+      await watchWorkspace(sextant, ws, {
+        debounceMs: Number(opts.debounce),
+        reconcileMs: Number(opts.reconcile) * 1000,
+        signal: controller.signal,
+        onReady: () => log({ event: "ready", root: ws.entry.root }, `Watching ${ws.entry.root} (Ctrl-C to stop)`),
+        onSync: (report, reason) =>
+          log({ event: "sync", reason, report }, `[${new Date().toLocaleTimeString()}] ${reason}: ${summary(report)}`),
+        onError: (error, retryInMs) =>
+          log(
+            { event: "error", message: String(error instanceof Error ? error.message : error), retryInMs },
+            `[${new Date().toLocaleTimeString()}] sync failed: ${error instanceof Error ? error.message : String(error)}; retrying in ${Math.round(retryInMs / 1000)} s`,
+          ),
+      });
+    });
+
+  const workspace = program.command("workspace").description("Manage workspaces");
+  workspace
+    .command("list")
+    .description("List your org's workspaces, with the local directories bound to them")
+    .action(async (_opts, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      const local = (await readRegistry()).filter((e) => e.baseURL === sextant.baseURL);
+      const list = (await sextant.workspaces.list()).map((w) => ({
+        ...w,
+        roots: local.filter((e) => e.workspaceId === w.id).map((e) => e.root),
+      }));
+      if (options.json) return printJson(list);
+      printTable(list, [
+        ["id", (w) => w.id],
+        ["local directory", (w) => w.roots.join(", ")],
+        ["created", (w) => shortDate(w.createdAt)],
+      ]);
+    });
+  workspace
+    .command("delete")
+    .description("Delete a directory's workspace on the edge (all of its index) and forget it locally")
+    .argument("[dir]", "the workspace root", ".")
+    .option("--yes", "confirm the deletion")
+    .action(async (dir: string, opts: { yes?: boolean }, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir);
+      if (!opts.yes)
+        throw new UsageError(
+          `This deletes workspace ${ws.entry.workspaceId} and its whole index. Pass --yes to confirm.`,
+        );
+      try {
+        await sextant.workspaces.delete(ws.entry.workspaceId);
+      } catch (err) {
+        if (!(err instanceof NotFoundError)) throw err;
+      }
+      await removeState(ws.stateKey);
+      await removeEntry(ws.entry);
+      if (options.json) return printJson({ deleted: ws.entry.workspaceId, root: ws.entry.root });
+      process.stdout.write(`Deleted workspace ${ws.entry.workspaceId} and forgot ${ws.entry.root}.\n`);
+    });
+
+  const key = program.command("key").description("Share a workspace's secret with a teammate");
+  key
+    .command("export")
+    .description("Print the workspace key (id and secret) for a teammate; treat it like a password")
+    .argument("[dir]", "the workspace root", ".")
+    .action(async (dir: string, _opts, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir);
+      if (options.json) return printJson({ workspaceId: ws.entry.workspaceId, key: exportToken(ws.entry) });
+      process.stdout.write(exportToken(ws.entry) + "\n");
+    });
+  key
+    .command("import")
+    .description("Bind a directory (a teammate's clone) to a shared workspace key; `-` reads it from stdin")
+    .argument("<key>", "the exported key, or - for stdin")
+    .argument("[dir]", "the workspace root", ".")
+    .action(async (token: string, dir: string, _opts, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const { sextant } = await client(options);
+      let parsed;
+      try {
+        parsed = parseToken(token === "-" ? readFileSync(0, "utf8") : token);
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      await sextant.workspaces.get(parsed.workspaceId);
+      const root = canonicalRoot(dir);
+      await saveEntry({
+        root,
+        baseURL: sextant.baseURL,
+        workspaceId: parsed.workspaceId,
+        secret: parsed.secret.toString(),
+      });
+      if (options.json) return printJson({ workspaceId: parsed.workspaceId, root });
+      process.stdout.write(`Bound ${root} to workspace ${parsed.workspaceId}. Run \`sextant index\` to sync it.\n`);
+    });
+}

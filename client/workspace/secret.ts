@@ -1,0 +1,103 @@
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+
+/**
+ * Everything that keeps a workspace private is derived from one 32-byte secret that never leaves
+ * the device (unless a user exports it to a teammate):
+ * - path segments are encrypted deterministically and authenticated (a synthetic-IV construction:
+ *   IV = HMAC-SHA-256(macKey, segment) truncated to 16 bytes, AES-256-CTR under encKey, the IV
+ *   doubling as the tag), so the same name always encrypts the same and any tampering is caught;
+ * - file hashes are HMAC-SHA-256 under contentKey, so the edge cannot match a stored hash against a
+ *   known file.
+ */
+export class WorkspaceSecret {
+  readonly #encKey: Buffer;
+  readonly #macKey: Buffer;
+  readonly #contentKey: Buffer;
+  /** Identifies the secret (not secret itself): caches made under another secret are discarded. */
+  readonly fingerprint: string;
+  readonly #encrypted = new Map<string, string>();
+  readonly #decrypted = new Map<string, string>();
+
+  constructor(readonly bytes: Buffer) {
+    if (bytes.length !== 32) throw new Error("A workspace secret is 32 bytes.");
+    const derive = (info: string) => Buffer.from(hkdfSync("sha256", bytes, Buffer.alloc(0), info, 32));
+    this.#encKey = derive("sextant path-encryption v1");
+    this.#macKey = derive("sextant path-siv v1");
+    this.#contentKey = derive("sextant content-mac v1");
+    this.fingerprint = derive("sextant fingerprint v1").subarray(0, 12).toString("base64url");
+  }
+
+  static generate(): WorkspaceSecret {
+    return new WorkspaceSecret(randomBytes(32));
+  }
+
+  /** The text form users export and import: `sxs_` and base64url. */
+  toString(): string {
+    return `sxs_${this.bytes.toString("base64url")}`;
+  }
+
+  static parse(text: string): WorkspaceSecret {
+    const match = text.trim().match(/^sxs_([A-Za-z0-9_-]{43})$/);
+    if (!match) throw new Error("Not a workspace secret: it looks like `sxs_` followed by 43 characters.");
+    return new WorkspaceSecret(Buffer.from(match[1]!, "base64url"));
+  }
+
+  /** Encrypts one path segment. Padding to 16 bytes hides a name's exact length. */
+  encryptSegment(name: string): string {
+    const cached = this.#encrypted.get(name);
+    if (cached) return cached;
+    const plain = Buffer.from(name, "utf8");
+    if (plain.length === 0 || plain.length > 255) throw new Error("A path segment is 1 to 255 bytes.");
+    const padLength = 16 - (plain.length % 16);
+    const padded = Buffer.concat([plain, Buffer.alloc(padLength, padLength)]);
+    const iv = createHmac("sha256", this.#macKey).update(padded).digest().subarray(0, 16);
+    const cipher = createCipheriv("aes-256-ctr", this.#encKey, iv);
+    const token = Buffer.concat([iv, cipher.update(padded), cipher.final()]).toString("base64url");
+    this.#encrypted.set(name, token);
+    this.#decrypted.set(token, name);
+    return token;
+  }
+
+  /** Decrypts and authenticates a segment; throws on anything this secret did not produce. */
+  decryptSegment(token: string): string {
+    const cached = this.#decrypted.get(token);
+    if (cached !== undefined) return cached;
+    const raw = Buffer.from(token, "base64url");
+    if (raw.length < 32 || raw.length % 16 !== 0 || raw.toString("base64url") !== token) {
+      throw new Error("Not an encrypted path segment.");
+    }
+    const iv = raw.subarray(0, 16);
+    const decipher = createDecipheriv("aes-256-ctr", this.#encKey, iv);
+    const padded = Buffer.concat([decipher.update(raw.subarray(16)), decipher.final()]);
+    const expected = createHmac("sha256", this.#macKey).update(padded).digest().subarray(0, 16);
+    if (!timingSafeEqual(iv, expected)) throw new Error("An encrypted path segment failed authentication.");
+    const padLength = padded[padded.length - 1]!;
+    const name = padded.subarray(0, padded.length - padLength).toString("utf8");
+    this.#decrypted.set(token, name);
+    this.#encrypted.set(name, token);
+    return name;
+  }
+
+  encryptPath(relative: string): string {
+    return relative
+      .split("/")
+      .map((segment) => this.encryptSegment(segment))
+      .join("/");
+  }
+
+  decryptPath(encrypted: string): string {
+    return encrypted
+      .split("/")
+      .map((segment) => this.decryptSegment(segment))
+      .join("/");
+  }
+
+  /** A keyed hash of file content, hex. */
+  contentHash(content: Buffer): string {
+    return createHmac("sha256", this.#contentKey).update(content).digest("hex");
+  }
+
+  contentHasher() {
+    return createHmac("sha256", this.#contentKey);
+  }
+}

@@ -1,0 +1,201 @@
+import { EMPTY_ROOT, parentOf } from "../../protocol/merkle.js";
+import { MAX_COMMIT_ENTRIES, SYNC_PROTOCOL, type TreeNode, type Upsert } from "../../protocol/sync.js";
+import type { Sextant } from "../sdk/client.js";
+import type { WorkspaceSecret } from "./secret.js";
+import type { WorkspaceState } from "./state.js";
+import { join, type LocalTree } from "./tree.js";
+
+/** Keeps one commit request well under the edge's default 1 MiB body limit. */
+const MAX_COMMIT_BYTES = 512 * 1024;
+const DIFF_BUDGET = 4000;
+/** Extra passes when another client changes the workspace while this one syncs. */
+const MAX_PASSES = 3;
+
+export interface SyncChanges {
+  upserts: (Upsert & { plain: string })[];
+  deletes: string[];
+}
+
+export interface SyncReport {
+  /** How the changes were found: none needed, from the synced snapshot, or by descending the tree. */
+  strategy: "unchanged" | "snapshot" | "descent";
+  added: number;
+  changed: number;
+  deleted: number;
+  roundTrips: number;
+  root: string;
+  converged: boolean;
+}
+
+export interface SyncOptions {
+  sextant: Sextant;
+  workspaceId: string;
+  secret: WorkspaceSecret;
+  tree: LocalTree;
+  state: WorkspaceState;
+  onProgress?: (event: { phase: "upload"; done: number; total: number }) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Brings the edge's tree to the local one. With a snapshot that matches the edge's root, the
+ * changes are known locally and cost one status round trip plus the commits; otherwise the client
+ * descends the edge's tree breadth-first where hashes differ. Every step is idempotent, and the
+ * snapshot moves only when the edge's root equals the local root, so an interrupted sync is
+ * simply finished by the next one.
+ */
+export async function syncTree(options: SyncOptions): Promise<SyncReport> {
+  const { sextant, workspaceId, tree, state } = options;
+  const report: SyncReport = {
+    strategy: "unchanged",
+    added: 0,
+    changed: 0,
+    deleted: 0,
+    roundTrips: 0,
+    root: "",
+    converged: false,
+  };
+  const call = <T>(promise: Promise<T>) => {
+    report.roundTrips++;
+    return promise;
+  };
+
+  let serverRoot = (await call(sextant.workspaces.tree(workspaceId, { signal: options.signal }))).root;
+  for (let pass = 0; pass < MAX_PASSES && serverRoot !== tree.root; pass++) {
+    let changes: SyncChanges;
+    if (pass === 0 && state.syncedRoot === serverRoot) {
+      report.strategy = "snapshot";
+      changes = fromSnapshot(tree, state, options.secret);
+    } else if (serverRoot === EMPTY_ROOT) {
+      // A new or emptied workspace: everything is an upload, nothing to descend.
+      report.strategy = "snapshot";
+      changes = fromSnapshot(tree, { ...state, synced: new Map() }, options.secret);
+    } else {
+      report.strategy = "descent";
+      changes = await descend(options, call);
+    }
+    for (const u of changes.upserts) {
+      if (state.synced.has(u.plain)) report.changed++;
+      else report.added++;
+    }
+    report.deleted += changes.deletes.length;
+    serverRoot = await commitAll(options, changes, call, serverRoot);
+  }
+  report.root = serverRoot;
+  report.converged = serverRoot === tree.root;
+  if (report.converged) {
+    state.synced = new Map([...tree.nodes.values()].filter((n) => n.kind === "f").map((n) => [n.path, n.hash]));
+    state.syncedRoot = tree.root;
+  }
+  return report;
+}
+
+/** Local tree against the snapshot of what the edge holds: no round trip needed. */
+function fromSnapshot(tree: LocalTree, state: WorkspaceState, secret: WorkspaceSecret): SyncChanges {
+  const upserts: SyncChanges["upserts"] = [];
+  const present = new Set<string>();
+  for (const [encrypted, node] of tree.nodes) {
+    if (node.kind !== "f") continue;
+    present.add(node.path);
+    if (state.synced.get(node.path) !== node.hash) {
+      upserts.push({ path: encrypted, hash: node.hash, size: node.size, plain: node.path });
+    }
+  }
+  const deletes = [...state.synced.keys()].filter((path) => !present.has(path)).map((p) => secret.encryptPath(p));
+  return { upserts, deletes };
+}
+
+/** Breadth-first over the edge's tree, expanding only directories whose hashes differ. */
+async function descend(options: SyncOptions, call: <T>(p: Promise<T>) => Promise<T>): Promise<SyncChanges> {
+  const { sextant, workspaceId, tree } = options;
+  const server = new Map<string, TreeNode>();
+  const childrenOf = new Map<string, TreeNode[]>();
+  let frontier = [""];
+  while (frontier.length > 0) {
+    const answer = await call(
+      sextant.workspaces.diff(
+        workspaceId,
+        { protocol: SYNC_PROTOCOL, dirs: frontier.slice(0, 500), budget: DIFF_BUDGET },
+        { signal: options.signal },
+      ),
+    );
+    const expanded = new Set(frontier.slice(0, 500));
+    for (const node of answer.nodes) {
+      server.set(node.path, node);
+      if (node.kind === "d") expanded.add(node.path);
+      const parent = parentOf(node.path);
+      let list = childrenOf.get(parent);
+      if (!list) childrenOf.set(parent, (list = []));
+      list.push(node);
+    }
+    for (const dir of answer.truncated) expanded.delete(dir);
+    for (const dir of expanded) if (!childrenOf.has(dir)) childrenOf.set(dir, []);
+    const pending = [...answer.truncated, ...frontier.slice(500)];
+    // Only truncated directories that differ from ours need their children.
+    frontier = pending.filter((dir) => tree.get(dir)?.hash !== server.get(dir)?.hash);
+  }
+
+  const changes: SyncChanges = { upserts: [], deletes: [] };
+  const addAll = (encrypted: string) => {
+    for (const [path, node] of tree.filesUnder(encrypted)) {
+      changes.upserts.push({ path, hash: node.hash, size: node.size, plain: node.path });
+    }
+  };
+  const compareDir = (dir: string) => {
+    const local = tree.get(dir)!;
+    const remote = new Map((childrenOf.get(dir) ?? []).map((n) => [n.path, n]));
+    for (const name of local.children ?? []) {
+      const path = join(dir, name);
+      const mine = tree.get(path)!;
+      const theirs = remote.get(path);
+      remote.delete(path);
+      if (!theirs) addAll(path);
+      else if (theirs.hash === mine.hash && theirs.kind === mine.kind) continue;
+      else if (mine.kind === "f" || theirs.kind === "f") addAll(path);
+      else compareDir(path);
+    }
+    for (const path of remote.keys()) changes.deletes.push(path);
+  };
+  compareDir("");
+  return changes;
+}
+
+async function commitAll(
+  options: SyncOptions,
+  changes: SyncChanges,
+  call: <T>(p: Promise<T>) => Promise<T>,
+  root: string,
+): Promise<string> {
+  const entries: ({ kind: "delete"; path: string } | { kind: "upsert"; upsert: Upsert })[] = [
+    ...changes.deletes.map((path) => ({ kind: "delete" as const, path })),
+    ...changes.upserts.map(({ plain: _plain, ...upsert }) => ({ kind: "upsert" as const, upsert })),
+  ];
+  let done = 0;
+  while (done < entries.length) {
+    const upserts: Upsert[] = [];
+    const deletes: string[] = [];
+    let bytes = 0;
+    while (
+      done + upserts.length + deletes.length < entries.length &&
+      upserts.length + deletes.length < MAX_COMMIT_ENTRIES
+    ) {
+      const entry = entries[done + upserts.length + deletes.length]!;
+      const size = entry.kind === "delete" ? entry.path.length + 3 : entry.upsert.path.length + 110;
+      if (bytes + size > MAX_COMMIT_BYTES && upserts.length + deletes.length > 0) break;
+      bytes += size;
+      if (entry.kind === "delete") deletes.push(entry.path);
+      else upserts.push(entry.upsert);
+    }
+    const result = await call(
+      options.sextant.workspaces.commit(
+        options.workspaceId,
+        { protocol: SYNC_PROTOCOL, upserts, deletes },
+        { signal: options.signal },
+      ),
+    );
+    root = result.root;
+    done += upserts.length + deletes.length;
+    options.onProgress?.({ phase: "upload", done, total: entries.length });
+  }
+  return root;
+}

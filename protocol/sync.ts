@@ -1,0 +1,79 @@
+/**
+ * Workspace sync, protocol version 1. Paths are encrypted segments joined by "/"; hashes are
+ * lower-case hex. The edge never sees a real name or any file content here.
+ */
+import { z } from "zod";
+
+export const SYNC_PROTOCOL = 1;
+
+/** An encrypted segment: base64url of at least a 16-byte tag and a 16-byte block. */
+export const SEGMENT = /^[A-Za-z0-9_-]{43,400}$/;
+export const MAX_DEPTH = 64;
+export const MAX_PATH_LENGTH = 8192;
+/** Entries per commit, and nodes per diff answer: bounds one request's work in the Durable Object. */
+export const MAX_COMMIT_ENTRIES = 2000;
+export const MAX_DIFF_NODES = 5000;
+export const MAX_DIFF_DIRS = 500;
+
+export const Hash = z.string().regex(/^[0-9a-f]{64}$/, "must be 64 lower-case hex characters");
+
+export const EncryptedPath = z
+  .string()
+  .max(MAX_PATH_LENGTH)
+  .refine((path) => {
+    const segments = path.split("/");
+    return segments.length <= MAX_DEPTH && segments.every((s) => SEGMENT.test(s));
+  }, "must be encrypted path segments joined by '/'");
+
+/** The root directory is the empty path. */
+export const DirPath = z.union([z.literal(""), EncryptedPath]);
+
+const protocol = z.literal(SYNC_PROTOCOL, { error: `this edge speaks sync protocol ${SYNC_PROTOCOL}` });
+
+export const TreeStatus = z.object({
+  protocol: z.literal(SYNC_PROTOCOL),
+  root: Hash,
+  files: z.number().int().nonnegative(),
+  bytes: z.number().int().nonnegative(),
+  lastSyncAt: z.iso.datetime().nullable(),
+});
+export type TreeStatus = z.infer<typeof TreeStatus>;
+
+export const DiffRequest = z.strictObject({
+  protocol,
+  /** Directories whose subtrees the client wants, breadth-first. */
+  dirs: z.array(DirPath).min(1).max(MAX_DIFF_DIRS),
+  /** Stop adding levels once this many nodes are in the answer. */
+  budget: z.number().int().min(1).max(MAX_DIFF_NODES).default(MAX_DIFF_NODES),
+});
+export type DiffRequest = z.input<typeof DiffRequest>;
+
+export const TreeNode = z.object({ path: z.string(), kind: z.enum(["f", "d"]), hash: Hash });
+export type TreeNode = z.infer<typeof TreeNode>;
+
+export const DiffResponse = z.object({
+  protocol: z.literal(SYNC_PROTOCOL),
+  root: Hash,
+  /** Descendants of the requested directories, whole levels only. */
+  nodes: z.array(TreeNode),
+  /** Directories whose children were not included because the budget ran out. */
+  truncated: z.array(z.string()),
+});
+export type DiffResponse = z.infer<typeof DiffResponse>;
+
+export const Upsert = z.strictObject({ path: EncryptedPath, hash: Hash, size: z.number().int().nonnegative() });
+export type Upsert = z.infer<typeof Upsert>;
+
+export const CommitRequest = z
+  .strictObject({
+    protocol,
+    upserts: z.array(Upsert).max(MAX_COMMIT_ENTRIES).default([]),
+    deletes: z.array(EncryptedPath).max(MAX_COMMIT_ENTRIES).default([]),
+  })
+  .refine((c) => c.upserts.length + c.deletes.length <= MAX_COMMIT_ENTRIES, {
+    message: `at most ${MAX_COMMIT_ENTRIES} upserts and deletes in one commit`,
+  });
+export type CommitRequest = z.input<typeof CommitRequest>;
+
+export const CommitResponse = TreeStatus.extend({ applied: z.number().int().nonnegative() });
+export type CommitResponse = z.infer<typeof CommitResponse>;
