@@ -58,7 +58,10 @@ export class MerkleStore {
       for (const { path, hash, size } of upserts) {
         this.#ensureDirs(parentOf(path), knownDirs);
         const existing = this.#get(path);
-        if (existing?.kind === "d") this.#removeSubtree(path);
+        if (existing?.kind === "d") {
+          this.#removeSubtree(path);
+          for (const dir of knownDirs) if (dir === path || dir.startsWith(`${path}/`)) knownDirs.delete(dir);
+        }
         this.sql.exec(
           `INSERT INTO nodes (path, parent, kind, hash, files, bytes) VALUES (?, ?, 'f', ?, 1, ?)
            ON CONFLICT (path) DO UPDATE SET kind = 'f', hash = excluded.hash, files = 1, bytes = excluded.bytes`,

@@ -115,7 +115,7 @@ export function scanWorkspace(root: string, secret: WorkspaceSecret, options: Sc
 const chunk = Buffer.allocUnsafe(64 * 1024);
 
 /** Reads through one descriptor; a file that changed while being read is hashed but not cached as clean. */
-function hashFile(absolute: string, before: Stats, secret: WorkspaceSecret): Outcome {
+export function hashFile(absolute: string, before: Stats, secret: WorkspaceSecret): Outcome {
   let fd: number;
   try {
     fd = openSync(absolute, "r");

@@ -18,7 +18,7 @@ export interface SyncChanges {
 
 export interface SyncReport {
   /** How the changes were found: none needed, from the synced snapshot, or by descending the tree. */
-  strategy: "unchanged" | "snapshot" | "descent";
+  strategy: "unchanged" | "initial" | "snapshot" | "descent";
   added: number;
   changed: number;
   deleted: number;
@@ -68,7 +68,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
       changes = fromSnapshot(tree, state, options.secret);
     } else if (serverRoot === EMPTY_ROOT) {
       // A new or emptied workspace: everything is an upload, nothing to descend.
-      report.strategy = "snapshot";
+      report.strategy = "initial";
       changes = fromSnapshot(tree, { ...state, synced: new Map() }, options.secret);
     } else {
       report.strategy = "descent";

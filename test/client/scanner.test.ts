@@ -1,0 +1,177 @@
+import { chmodSync, mkdirSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { hashFile, scanWorkspace } from "../../client/workspace/scanner.js";
+import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import { backdate, git, gitVisibleFiles, makeTree, writeTree } from "../support/fixture.js";
+
+const secret = WorkspaceSecret.generate();
+const gitOnly = { useDefaults: false, globalExcludes: null } as const;
+const scanned = (root: string, options = {}) => [...scanWorkspace(root, secret, { ...gitOnly, ...options }).files.keys()].sort();
+
+describe("ignore semantics", () => {
+  it("matches git on nested .gitignore files, negation, anchoring, directory rules and info/exclude", () => {
+    const root = makeTree({
+      ".gitignore": "*.log\n!keep.log\n/top-only.txt\nbuild/\ndocs/**/*.tmp\n**/cache\n",
+      "keep.log": "k",
+      "drop.log": "d",
+      "top-only.txt": "t",
+      "sub/top-only.txt": "not anchored here",
+      "sub/.gitignore": "!drop.log\n*.md\n!README.md\n",
+      "sub/drop.log": "re-included below",
+      "sub/notes.md": "n",
+      "sub/README.md": "r",
+      "build/out.js": "o",
+      "sub/build/out.js": "o",
+      "docs/a/b.tmp": "x",
+      "docs/a/b.txt": "x",
+      "x/cache/y": "y",
+      "cache": "file named cache",
+      "deep/a/b/c/d.ts": "d",
+      "deep/a/.gitignore": "b/c/\n",
+      "deep/a/b/e.ts": "e",
+      "spaces in name.txt": "s",
+      "ünïcode.ts": "u",
+      "excluded-by-info.txt": "i",
+      "Case.TXT": "c",
+    });
+    git(root, ["init", "-q"]);
+    writeFileSync(join(root, ".git/info/exclude"), "excluded-by-info.txt\n*.txt\n!spaces in name.txt\n");
+    expect(scanned(root)).toEqual(gitVisibleFiles(root));
+  });
+
+  it("matches git on random trees with random ignore rules", () => {
+    const names = ["a", "b", "c.ts", "d.log", "e.md", "build", "x.ts"];
+    const patterns = ["a", "b/", "*.log", "!d.log", "/c.ts", "**/x.ts", "build/", "!build/", "*.md", "!e.md", "a/**", "b/*.ts", "!x.ts", "e*"];
+    const path = fc.array(fc.constantFrom(...names), { minLength: 1, maxLength: 3 }).map((p) => p.join("/"));
+    const rules = fc.array(fc.constantFrom(...patterns), { maxLength: 5 }).map((p) => p.join("\n") + "\n");
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(path, { minLength: 1, maxLength: 12 }),
+        fc.array(fc.tuple(fc.constantFrom("", "a", "b", "build", "a/b"), rules), { maxLength: 3 }),
+        (paths, ignores) => {
+          // A path cannot be both a file and a directory: keep the first of each conflict.
+          const files: Record<string, string> = {};
+          for (const p of paths) {
+            const clash = Object.keys(files).some((f) => f.startsWith(`${p}/`) || p.startsWith(`${f}/`));
+            if (!clash) files[p] = p;
+          }
+          for (const [dir, text] of ignores) {
+            const at = dir ? `${dir}/.gitignore` : ".gitignore";
+            if (Object.keys(files).some((f) => f === dir || at.startsWith(`${f}/`))) continue;
+            files[at] = text;
+          }
+          const root = makeTree(files);
+          git(root, ["init", "-q"]);
+          expect(scanned(root)).toEqual(gitVisibleFiles(root));
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it("lets .sextantignore exclude more and re-include what git ignores", () => {
+    const root = makeTree({
+      ".gitignore": "generated/\n*.snap\n",
+      ".sextantignore": "!generated/\n!keep.snap\nvendor/\n",
+      "generated/api.ts": "g",
+      "keep.snap": "k",
+      "other.snap": "o",
+      "vendor/lib.js": "v",
+      "src/main.ts": "m",
+    });
+    git(root, ["init", "-q"]);
+    expect(scanned(root)).toEqual([".gitignore", ".sextantignore", "generated/api.ts", "keep.snap", "src/main.ts"]);
+  });
+
+  it("skips lock files, .env files and keys by default, unless .sextantignore re-includes them", () => {
+    const root = makeTree({
+      ".env": "SECRET=1",
+      ".env.local": "SECRET=2",
+      ".env.example": "SECRET=",
+      "package-lock.json": "{}",
+      "server.pem": "-----BEGIN",
+      "node_modules/x/index.js": "x",
+      "src/app.ts": "a",
+    });
+    expect(scanned(root, { useDefaults: true })).toEqual(["src/app.ts"]);
+    writeFileSync(join(root, ".sextantignore"), "!.env.example\n");
+    expect(scanned(root, { useDefaults: true })).toEqual([".env.example", ".sextantignore", "src/app.ts"]);
+    // A .gitignore negation cannot re-include a default exclusion.
+    writeFileSync(join(root, ".gitignore"), "!.env\n");
+    expect(scanned(root, { useDefaults: true })).not.toContain(".env");
+  });
+});
+
+describe("scanner", () => {
+  it("skips binaries, oversized files and symlinks, and never reads outside the workspace", () => {
+    const outside = makeTree({ "secret.txt": "outside" });
+    const root = makeTree({
+      "text.ts": "x",
+      "image.png": Buffer.from([0x89, 0x50, 0x00, 0x47]),
+      "big.txt": "y".repeat(2000),
+    });
+    symlinkSync(join(outside, "secret.txt"), join(root, "link.txt"));
+    symlinkSync(outside, join(root, "linked-dir"));
+    const result = scanWorkspace(root, secret, { ...gitOnly, maxFileBytes: 1000 });
+    expect([...result.files.keys()]).toEqual(["text.ts"]);
+    expect(result.skipped).toMatchObject({ binary: 1, tooLarge: 1, symlink: 2 });
+  });
+
+  it("counts a file that vanished before it was read instead of failing", () => {
+    const root = makeTree({ "a.ts": "a" });
+    expect(hashFile(join(root, "gone.ts"), {} as never, secret)).toBe("vanished");
+  });
+
+  it("counts a directory it cannot read instead of failing", () => {
+    const root = makeTree({ "ok.ts": "ok", "locked/inner.ts": "x" });
+    chmodSync(join(root, "locked"), 0o000);
+    try {
+      const result = scanWorkspace(root, secret, gitOnly);
+      expect(result.files.has("ok.ts")).toBe(true);
+    } finally {
+      chmodSync(join(root, "locked"), 0o755);
+    }
+  });
+
+  it("rescans warm without reading unchanged files, and re-reads changed and racily clean ones", () => {
+    const files = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`src/f${i}.ts`, `export const v${i} = ${i};`]));
+    const root = makeTree(files);
+    backdate(root, Object.keys(files));
+    const cold = scanWorkspace(root, secret, gitOnly);
+    expect(cold.hashed).toBe(50);
+    const warm = scanWorkspace(root, secret, { ...gitOnly, previous: cold.files, previousStartedAt: cold.startedAt });
+    expect(warm.hashed).toBe(0);
+    expect(warm.files).toEqual(cold.files);
+
+    writeTree(root, { "src/f1.ts": "changed" });
+    const afterEdit = scanWorkspace(root, secret, { ...gitOnly, previous: warm.files, previousStartedAt: warm.startedAt });
+    expect(afterEdit.hashed).toBe(1);
+    expect(afterEdit.files.get("src/f1.ts")!.hash).not.toBe(cold.files.get("src/f1.ts")!.hash);
+
+    // An edit that keeps the size and lands in the same timestamp as the cached one (coarse
+    // file-system clocks) is invisible to stat: only the racily-clean rule catches it.
+    const before = afterEdit.files.get("src/f2.ts")!;
+    writeTree(root, { "src/f2.ts": "export const v2 = 9;" });
+    utimesSync(join(root, "src/f2.ts"), before.mtimeMs / 1000, before.mtimeMs / 1000);
+    const fooled = scanWorkspace(root, secret, { ...gitOnly, previous: afterEdit.files, previousStartedAt: before.mtimeMs + 1 });
+    expect(fooled.files.get("src/f2.ts")!.hash).toBe(before.hash);
+    const racy = scanWorkspace(root, secret, { ...gitOnly, previous: afterEdit.files, previousStartedAt: before.mtimeMs });
+    expect(racy.files.get("src/f2.ts")!.hash).not.toBe(before.hash);
+  });
+
+  it("hashes what is on disk: equal content, equal hash; one changed byte, another hash", () => {
+    const root = makeTree({ "a/x.ts": "same", "b/x.ts": "same", "c/x.ts": "samE" });
+    const { files } = scanWorkspace(root, secret, gitOnly);
+    expect(files.get("a/x.ts")!.hash).toBe(files.get("b/x.ts")!.hash);
+    expect(files.get("a/x.ts")!.hash).not.toBe(files.get("c/x.ts")!.hash);
+  });
+
+  it("does not descend into .git", () => {
+    const root = makeTree({ "a.ts": "a" });
+    mkdirSync(join(root, ".git/objects"), { recursive: true });
+    writeFileSync(join(root, ".git/objects/x"), "obj");
+    expect(scanned(root)).toEqual(["a.ts"]);
+  });
+});
