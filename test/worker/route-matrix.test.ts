@@ -29,6 +29,19 @@ const customerRoutes: Route[] = [
   { method: "GET", path: () => "/v1/workspaces" },
   { method: "POST", path: () => "/v1/workspaces", body: { name: "w" } },
   { method: "GET", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
+  { method: "GET", path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree`, tenant: true },
+  {
+    method: "POST",
+    path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/diff`,
+    body: { protocol: 1, dirs: [""] },
+    tenant: true,
+  },
+  {
+    method: "POST",
+    path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/commit`,
+    body: { protocol: 1, upserts: [] },
+    tenant: true,
+  },
   { method: "DELETE", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
 ];
 
