@@ -98,9 +98,7 @@ export class MerkleStore {
   }
 
   #get(path: string): NodeRow | undefined {
-    return this.sql
-      .exec<NodeRow>("SELECT path, kind, hash, files, bytes FROM nodes WHERE path = ?", path)
-      .toArray()[0];
+    return this.sql.exec<NodeRow>("SELECT path, kind, hash, files, bytes FROM nodes WHERE path = ?", path).toArray()[0];
   }
 
   #children(dir: string): NodeRow[] {

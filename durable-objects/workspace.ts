@@ -115,7 +115,9 @@ export class Workspace extends DurableObject<Env> {
   }
 
   #meta(): WorkspaceMeta | null {
-    const row = this.ctx.storage.sql.exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1").toArray()[0];
+    const row = this.ctx.storage.sql
+      .exec("SELECT workspace_id, org_id, created_at FROM meta WHERE id = 1")
+      .toArray()[0];
     if (!row) return null;
     return WorkspaceMeta.parse({ workspaceId: row.workspace_id, orgId: row.org_id, createdAt: row.created_at });
   }

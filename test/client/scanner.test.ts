@@ -8,7 +8,8 @@ import { backdate, git, gitVisibleFiles, makeTree, writeTree } from "../support/
 
 const secret = WorkspaceSecret.generate();
 const gitOnly = { useDefaults: false, globalExcludes: null } as const;
-const scanned = (root: string, options = {}) => [...scanWorkspace(root, secret, { ...gitOnly, ...options }).files.keys()].sort();
+const scanned = (root: string, options = {}) =>
+  [...scanWorkspace(root, secret, { ...gitOnly, ...options }).files.keys()].sort();
 
 describe("ignore semantics", () => {
   it("matches git on nested .gitignore files, negation, anchoring, directory rules and info/exclude", () => {
@@ -27,7 +28,7 @@ describe("ignore semantics", () => {
       "docs/a/b.tmp": "x",
       "docs/a/b.txt": "x",
       "x/cache/y": "y",
-      "cache": "file named cache",
+      cache: "file named cache",
       "deep/a/b/c/d.ts": "d",
       "deep/a/.gitignore": "b/c/\n",
       "deep/a/b/e.ts": "e",
@@ -43,7 +44,22 @@ describe("ignore semantics", () => {
 
   it("matches git on random trees with random ignore rules", () => {
     const names = ["a", "b", "c.ts", "d.log", "e.md", "build", "x.ts"];
-    const patterns = ["a", "b/", "*.log", "!d.log", "/c.ts", "**/x.ts", "build/", "!build/", "*.md", "!e.md", "a/**", "b/*.ts", "!x.ts", "e*"];
+    const patterns = [
+      "a",
+      "b/",
+      "*.log",
+      "!d.log",
+      "/c.ts",
+      "**/x.ts",
+      "build/",
+      "!build/",
+      "*.md",
+      "!e.md",
+      "a/**",
+      "b/*.ts",
+      "!x.ts",
+      "e*",
+    ];
     const path = fc.array(fc.constantFrom(...names), { minLength: 1, maxLength: 3 }).map((p) => p.join("/"));
     const rules = fc.array(fc.constantFrom(...patterns), { maxLength: 5 }).map((p) => p.join("\n") + "\n");
     fc.assert(
@@ -136,7 +152,9 @@ describe("scanner", () => {
   });
 
   it("rescans warm without reading unchanged files, and re-reads changed and racily clean ones", () => {
-    const files = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`src/f${i}.ts`, `export const v${i} = ${i};`]));
+    const files = Object.fromEntries(
+      Array.from({ length: 50 }, (_, i) => [`src/f${i}.ts`, `export const v${i} = ${i};`]),
+    );
     const root = makeTree(files);
     backdate(root, Object.keys(files));
     const cold = scanWorkspace(root, secret, gitOnly);
@@ -146,18 +164,33 @@ describe("scanner", () => {
     expect(warm.files).toEqual(cold.files);
 
     writeTree(root, { "src/f1.ts": "changed" });
-    const afterEdit = scanWorkspace(root, secret, { ...gitOnly, previous: warm.files, previousStartedAt: warm.startedAt });
+    const afterEdit = scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: warm.files,
+      previousStartedAt: warm.startedAt,
+    });
     expect(afterEdit.hashed).toBe(1);
     expect(afterEdit.files.get("src/f1.ts")!.hash).not.toBe(cold.files.get("src/f1.ts")!.hash);
 
     // An edit that keeps the size and lands in the same timestamp as the cached one (coarse
     // file-system clocks) is invisible to stat: only the racily-clean rule catches it.
-    const before = afterEdit.files.get("src/f2.ts")!;
+    const second = Math.floor(Date.now() / 1000) - 100;
+    utimesSync(join(root, "src/f2.ts"), second, second);
+    const cached = scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: afterEdit.files,
+      previousStartedAt: afterEdit.startedAt,
+    });
+    const before = cached.files.get("src/f2.ts")!;
     writeTree(root, { "src/f2.ts": "export const v2 = 9;" });
-    utimesSync(join(root, "src/f2.ts"), before.mtimeMs / 1000, before.mtimeMs / 1000);
-    const fooled = scanWorkspace(root, secret, { ...gitOnly, previous: afterEdit.files, previousStartedAt: before.mtimeMs + 1 });
+    utimesSync(join(root, "src/f2.ts"), second, second);
+    const fooled = scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: cached.files,
+      previousStartedAt: second * 1000 + 1,
+    });
     expect(fooled.files.get("src/f2.ts")!.hash).toBe(before.hash);
-    const racy = scanWorkspace(root, secret, { ...gitOnly, previous: afterEdit.files, previousStartedAt: before.mtimeMs });
+    const racy = scanWorkspace(root, secret, { ...gitOnly, previous: cached.files, previousStartedAt: second * 1000 });
     expect(racy.files.get("src/f2.ts")!.hash).not.toBe(before.hash);
   });
 

@@ -57,7 +57,13 @@ async function sync(client: Client, fetchImpl: typeof fetch = fetch) {
   const scan = scanWorkspace(client.root, client.secret, { useDefaults: false, globalExcludes: null });
   const tree = new LocalTree(scan.files, client.secret);
   const sextant = new Sextant({ apiKey, baseURL: edge.baseURL, fetch: fetchImpl, maxRetries: 0 });
-  const report = await syncTree({ sextant, workspaceId: client.workspaceId, secret: client.secret, tree, state: client.state });
+  const report = await syncTree({
+    sextant,
+    workspaceId: client.workspaceId,
+    secret: client.secret,
+    tree,
+    state: client.state,
+  });
   return { report, tree };
 }
 
@@ -84,7 +90,10 @@ const filePath = fc.array(fc.constantFrom(...NAMES), { minLength: 1, maxLength: 
 type Edit = { kind: "write"; path: string; content: string } | { kind: "remove"; path: string };
 const edit: fc.Arbitrary<Edit> = fc.oneof(
   fc.record({ kind: fc.constant("write" as const), path: filePath, content: fc.string({ maxLength: 8 }) }),
-  fc.record({ kind: fc.constant("remove" as const), path: fc.array(fc.constantFrom(...NAMES), { minLength: 1, maxLength: 2 }).map((p) => p.join("/")) }),
+  fc.record({
+    kind: fc.constant("remove" as const),
+    path: fc.array(fc.constantFrom(...NAMES), { minLength: 1, maxLength: 2 }).map((p) => p.join("/")),
+  }),
 );
 
 /** Applies an edit the way an editor would: a file replaces a directory in its way, and vice versa. */
@@ -127,14 +136,15 @@ describe("sync protocol against the local edge", () => {
             try {
               await sync(client, flaky(breakAt, after));
             } catch (err) {
-              if (!(err instanceof Interrupted) && !String((err as Error).cause ?? err).includes("connection dropped")) throw err;
+              if (!(err instanceof Interrupted) && !String((err as Error).cause ?? err).includes("connection dropped"))
+                throw err;
             }
           }
           const { report, tree } = await sync(client);
           expect(report.converged).toBe(true);
           const server = await serverTree(client.workspaceId);
-          const localFiles = [...tree.nodes].filter(([, n]) => n.kind === "f").map(([p, n]) => [p, n.hash]);
-          const serverFiles = [...server].filter(([, n]) => n.kind === "f").map(([p, n]) => [p, n.hash]);
+          const localFiles = [...tree.nodes].filter(([, n]) => n.kind === "f").map(([p, n]) => [p, n.hash] as const);
+          const serverFiles = [...server].filter(([, n]) => n.kind === "f").map(([p, n]) => [p, n.hash] as const);
           expect(new Map(serverFiles)).toEqual(new Map(localFiles));
           // Once converged, a sync with no change is a single round trip.
           expect((await sync(client)).report).toMatchObject({ strategy: "unchanged", roundTrips: 1 });
@@ -145,7 +155,9 @@ describe("sync protocol against the local edge", () => {
   }, 240_000);
 
   it("finds changes with the snapshot in two round trips, and by descent when the snapshot is lost", async () => {
-    const files = Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`pkg${i % 5}/mod${i % 7}/f${i}.ts`, `v${i}`]));
+    const files = Object.fromEntries(
+      Array.from({ length: 200 }, (_, i) => [`pkg${i % 5}/mod${i % 7}/f${i}.ts`, `v${i}`]),
+    );
     const root = makeTree(files);
     const client = await newClient(root);
     expect((await sync(client)).report).toMatchObject({ strategy: "initial", added: 200, converged: true });

@@ -37,8 +37,5 @@ export function git(root: string, args: string[]): string {
 
 /** The files git would add: untracked and not ignored, as a sorted list. */
 export function gitVisibleFiles(root: string): string[] {
-  return git(root, ["ls-files", "--others", "--exclude-standard", "-z"])
-    .split("\0")
-    .filter(Boolean)
-    .sort();
+  return git(root, ["ls-files", "--others", "--exclude-standard", "-z"]).split("\0").filter(Boolean).sort();
 }

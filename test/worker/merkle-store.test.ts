@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { dirHash, EMPTY_ROOT, nameOf, parentOf, type ChildEntry } from "../../protocol/merkle.js";
-import { SYNC_PROTOCOL, type TreeNode } from "../../protocol/sync.js";
+import { SYNC_PROTOCOL, type CommitRequest, type TreeNode } from "../../protocol/sync.js";
 
 // Stand-ins for encrypted segments: the edge only checks their shape.
 const SEGMENTS = ["A", "B", "C"].map((c) => c.repeat(43));
@@ -19,8 +19,10 @@ function modelRoot(files: Map<string, string>): string {
   const hashOf = (path: string): string => {
     if (files.has(path)) return files.get(path)!;
     const kids: ChildEntry[] = [];
-    for (const f of files.keys()) if (parentOf(f) === path) kids.push({ name: nameOf(f), kind: "f", hash: files.get(f)! });
-    for (const d of dirs) if (d !== "" && parentOf(d) === path) kids.push({ name: nameOf(d), kind: "d", hash: hashOf(d) });
+    for (const f of files.keys())
+      if (parentOf(f) === path) kids.push({ name: nameOf(f), kind: "f", hash: files.get(f)! });
+    for (const d of dirs)
+      if (d !== "" && parentOf(d) === path) kids.push({ name: nameOf(d), kind: "d", hash: hashOf(d) });
     return dirHash(kids);
   };
   void children;
@@ -112,7 +114,7 @@ describe("Merkle store in the Workspace Durable Object", () => {
       protocol: SYNC_PROTOCOL,
       upserts: [{ path: `${SEGMENTS[0]}/${SEGMENTS[1]}`, hash: HASHES[0]!, size: 10 }],
       deletes: [SEGMENTS[2]!],
-    };
+    } satisfies CommitRequest;
     const first = (await stub.commit(commit))!;
     const second = (await stub.commit(commit))!;
     expect(second.root).toBe(first.root);

@@ -16,7 +16,11 @@ describe("workspace tree routes", () => {
   it("reports an empty tree, commits leaves and answers diffs", async () => {
     const account = await createAccount();
     const id = await workspaceFor(account);
-    const empty = await expectJson(await call(`/v1/workspaces/${id}/tree`, { token: account.key.key }), 200, TreeStatus);
+    const empty = await expectJson(
+      await call(`/v1/workspaces/${id}/tree`, { token: account.key.key }),
+      200,
+      TreeStatus,
+    );
     expect(empty).toMatchObject({ protocol: SYNC_PROTOCOL, root: EMPTY_ROOT, files: 0, bytes: 0, lastSyncAt: null });
 
     const commit = await call(`/v1/workspaces/${id}/tree/commit`, {
@@ -34,12 +38,19 @@ describe("workspace tree routes", () => {
     expect(committed).toMatchObject({ files: 2, bytes: 120, applied: 2 });
     expect(committed.root).not.toBe(EMPTY_ROOT);
 
-    const detail = await expectJson(await call(`/v1/workspaces/${id}`, { token: account.key.key }), 200, WorkspaceDetail);
+    const detail = await expectJson(
+      await call(`/v1/workspaces/${id}`, { token: account.key.key }),
+      200,
+      WorkspaceDetail,
+    );
     expect(detail.tree.root).toBe(committed.root);
     expect(detail.tree.lastSyncAt).not.toBeNull();
 
     const diff = await expectJson(
-      await call(`/v1/workspaces/${id}/tree/diff`, { token: account.key.key, body: { protocol: SYNC_PROTOCOL, dirs: [""] } }),
+      await call(`/v1/workspaces/${id}/tree/diff`, {
+        token: account.key.key,
+        body: { protocol: SYNC_PROTOCOL, dirs: [""] },
+      }),
       200,
       DiffResponse,
     );
@@ -83,16 +94,26 @@ describe("workspace tree routes", () => {
     await expectProblem(await commit({ protocol: 99, upserts: [] }), 400, "invalid_request");
     await expectProblem(await commit({ upserts: [] }), 400, "invalid_request");
     await expectProblem(
-      await commit({ protocol: SYNC_PROTOCOL, deletes: Array.from({ length: MAX_COMMIT_ENTRIES + 1 }, () => seg("z")) }),
+      await commit({
+        protocol: SYNC_PROTOCOL,
+        deletes: Array.from({ length: MAX_COMMIT_ENTRIES + 1 }, () => seg("z")),
+      }),
       400,
       "invalid_request",
     );
     await expectProblem(
-      await call(`/v1/workspaces/${id}/tree/diff`, { token: account.key.key, body: { protocol: SYNC_PROTOCOL, dirs: ["../etc"] } }),
+      await call(`/v1/workspaces/${id}/tree/diff`, {
+        token: account.key.key,
+        body: { protocol: SYNC_PROTOCOL, dirs: ["../etc"] },
+      }),
       400,
       "invalid_request",
     );
-    const status = await expectJson(await call(`/v1/workspaces/${id}/tree`, { token: account.key.key }), 200, TreeStatus);
+    const status = await expectJson(
+      await call(`/v1/workspaces/${id}/tree`, { token: account.key.key }),
+      200,
+      TreeStatus,
+    );
     expect(status.files).toBe(0);
   });
 
