@@ -70,12 +70,18 @@ export function parseRules(text: string): Ignore {
   return ignore({ ignorecase: false }).add(text);
 }
 
-function readRules(path: string): Ignore | undefined {
+/** Sees every rule file as it is read, so a scan can tell whether the rules changed since the last. */
+export type RuleLog = (source: string, text: string) => void;
+
+function readRules(path: string, log?: RuleLog): Ignore | undefined {
+  let text: string;
   try {
-    return parseRules(readFileSync(path, "utf8"));
+    text = readFileSync(path, "utf8");
   } catch {
     return undefined;
   }
+  log?.(path, text);
+  return parseRules(text);
 }
 
 /**
@@ -90,33 +96,43 @@ export class IgnoreStack {
     private readonly git: readonly RuleLayer[],
     private readonly repo: readonly RuleLayer[],
     private readonly defaults: RuleLayer | undefined,
+    private readonly log: RuleLog | undefined,
   ) {}
 
-  static forRoot(root: string, options: { useDefaults?: boolean; globalExcludes?: string | null } = {}): IgnoreStack {
+  static forRoot(
+    root: string,
+    options: { useDefaults?: boolean; globalExcludes?: string | null; log?: RuleLog } = {},
+  ): IgnoreStack {
+    const log = options.log;
+    log?.("defaults", options.useDefaults === false ? "" : DEFAULT_EXCLUDES.join("\n"));
     const repo: RuleLayer[] = [];
-    const exclude = readRules(join(root, ".git", "info", "exclude"));
+    const exclude = readRules(join(root, ".git", "info", "exclude"), log);
     if (exclude) repo.push({ base: "", rules: exclude });
     const globalPath =
       options.globalExcludes === undefined
         ? join(process.env.XDG_CONFIG_HOME || join(homedir(), ".config"), "git", "ignore")
         : options.globalExcludes;
-    const global = globalPath ? readRules(globalPath) : undefined;
+    const global = globalPath ? readRules(globalPath, log) : undefined;
     if (global) repo.push({ base: "", rules: global });
     const defaults =
       options.useDefaults === false ? undefined : { base: "", rules: parseRules(DEFAULT_EXCLUDES.join("\n")) };
-    return new IgnoreStack([], [], repo, defaults).enter("", root);
+    return new IgnoreStack([], [], repo, defaults, log);
   }
 
-  /** The stack for a subdirectory: this one plus the directory's own ignore files. */
-  enter(relative: string, absolute: string): IgnoreStack {
-    const sextant = readRules(join(absolute, ".sextantignore"));
-    const git = readRules(join(absolute, ".gitignore"));
+  /**
+   * The stack for a directory: this one plus the directory's own ignore files. The caller says
+   * which exist (it has just listed the directory), which spares two failing opens per directory.
+   */
+  enter(relative: string, absolute: string, has: { gitignore: boolean; sextantignore: boolean }): IgnoreStack {
+    const sextant = has.sextantignore ? readRules(join(absolute, ".sextantignore"), this.log) : undefined;
+    const git = has.gitignore ? readRules(join(absolute, ".gitignore"), this.log) : undefined;
     if (!sextant && !git) return this;
     return new IgnoreStack(
       sextant ? [{ base: relative, rules: sextant }, ...this.sextant] : this.sextant,
       git ? [{ base: relative, rules: git }, ...this.git] : this.git,
       this.repo,
       this.defaults,
+      this.log,
     );
   }
 

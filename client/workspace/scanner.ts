@@ -1,8 +1,11 @@
-import { closeSync, fstatSync, lstatSync, openSync, readdirSync, readSync, type Stats } from "node:fs";
-import { join } from "node:path";
-import { IgnoreStack } from "./ignore-rules.js";
+import { closeSync, fstatSync, lstatSync, openSync, readdirSync, readSync, type Dirent } from "node:fs";
+import { resolve } from "node:path";
+import { createHash } from "node:crypto";
+import { IgnoreStack, type RuleLog } from "./ignore-rules.js";
+import { StatPrefetch, type StatLike } from "./prefetch.js";
 import type { WorkspaceSecret } from "./secret.js";
-import type { StatEntry } from "./state.js";
+import { FileTable, FileTableBuilder } from "./file-table.js";
+import type { DirListing } from "./state.js";
 
 export const DEFAULT_MAX_FILE_BYTES = 1024 * 1024;
 /** git's binary heuristic: a NUL byte in the first 8,000 bytes. */
@@ -10,10 +13,17 @@ const BINARY_PROBE_BYTES = 8000;
 
 export interface ScanOptions {
   maxFileBytes?: number;
-  /** Previous scan's entries by path; unchanged files are not read again. */
-  previous?: ReadonlyMap<string, StatEntry>;
-  /** When the previous scan started: entries modified at or after it are "racily clean" and re-read. */
+  /** Previous scan's files by path; unchanged files are not read again. */
+  previous?: FileTable;
+  /** Previous scan's directory listings; a directory whose mtime has not moved is not listed again. */
+  previousDirs?: ReadonlyMap<string, DirListing>;
+  /** When the previous scan started: anything modified at or after it is "racily clean" and re-read. */
   previousStartedAt?: number;
+  /**
+   * Fingerprint of the ignore rules the previous scan used. While the rules are the same, what it
+   * included is included again without re-matching; if they turn out to differ, the scan reruns.
+   */
+  previousRules?: string;
   useDefaults?: boolean;
   globalExcludes?: string | null;
   onProgress?: (event: { phase: "scan" | "hash"; done: number; total?: number }) => void;
@@ -29,93 +39,181 @@ export interface ScanSkips {
 
 export interface ScanResult {
   startedAt: number;
-  files: Map<string, StatEntry>;
+  files: FileTable;
+  dirs: Map<string, DirListing>;
   skipped: ScanSkips;
   /** Files whose content was read and hashed in this scan. */
   hashed: number;
+  /** Fingerprint of every ignore rule in force. */
+  rules: string;
+  /** Directories listed again because they changed (or were new) since the previous scan. */
+  relisted: number;
 }
 
-type Outcome = StatEntry | keyof ScanSkips;
+type Outcome = { size: number; mtimeMs: number; ino: number; hash: Buffer } | keyof ScanSkips;
+
+/** A listing entry's kind, as the first character of its cached form. */
+const KIND = { file: "f", dir: "d", link: "l", other: "o" } as const;
+
+function kindOf(entry: Dirent): string {
+  if (entry.isFile()) return KIND.file;
+  if (entry.isDirectory()) return KIND.dir;
+  if (entry.isSymbolicLink()) return KIND.link;
+  return KIND.other;
+}
 
 /**
  * Walks a workspace with git's ignore semantics plus `.sextantignore`, hashing file contents with
- * the workspace's keyed hash. Symlinks are never followed (so nothing outside the workspace is
- * read); unreadable files and files that vanish or change mid-scan are counted, never fatal.
+ * the workspace's keyed hash. Like git's index, it trusts what stat says: a file whose size, mtime
+ * and inode match the previous scan is not read, and a directory whose mtime has not moved is not
+ * listed again. Symlinks are never followed (so nothing outside the workspace is read); unreadable
+ * files and files that vanish or change mid-scan are counted, never fatal.
  */
-export function scanWorkspace(root: string, secret: WorkspaceSecret, options: ScanOptions = {}): ScanResult {
+export async function scanWorkspace(
+  root: string,
+  secret: WorkspaceSecret,
+  options: ScanOptions = {},
+): Promise<ScanResult> {
   const startedAt = Date.now();
   const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
   const previous = options.previous;
+  const previousDirs = options.previousDirs;
   const racyAfter = options.previousStartedAt ?? 0;
-  const files = new Map<string, StatEntry>();
+  const trust = previous !== undefined && previousDirs !== undefined && options.previousRules !== undefined;
+  const files = new FileTableBuilder(previous?.size ?? 1024);
+  const dirs = new Map<string, DirListing>();
   const skipped: ScanSkips = { binary: 0, tooLarge: 0, symlink: 0, unreadable: 0, vanished: 0 };
-  const toHash: { path: string; absolute: string; stats: Stats }[] = [];
+  const toHash: { path: string; absolute: string; stats: StatLike }[] = [];
+  const ruleHash = createHash("sha256");
+  const log: RuleLog = (source, text) => ruleHash.update(`${source}\0${text}\0`);
+  let found = 0;
+  let relisted = 0;
 
-  const walk = (relative: string, absolute: string, parentRules: IgnoreStack) => {
-    let entries;
+  // Warm: stat every path the previous scan saw, in parallel, before walking; the walk then reads
+  // those results and stats only what is new. Stats taken a moment earlier are still a snapshot
+  // taken after `startedAt`, which is all the racily-clean rule needs.
+  let prefetch: StatPrefetch | undefined;
+  const dirSlot = new Map<string, number>();
+  if (previous && previousDirs) {
+    const paths = [...previous.paths];
+    for (const dir of previousDirs.keys()) {
+      dirSlot.set(dir, paths.length);
+      paths.push(dir || ".");
+    }
+    prefetch = await StatPrefetch.run(root, paths);
+  }
+  // The walk meets files in the previous scan's order, so the next row is almost always the right one.
+  let cursor = 0;
+  const previousRow = (path: string): number | undefined => {
+    if (!previous) return undefined;
+    if (previous.paths[cursor] === path) return cursor++;
+    const row = previous.row(path);
+    if (row !== undefined) cursor = row + 1;
+    return row;
+  };
+  const miss = (err: unknown) =>
+    skipped[(err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable"]++;
+
+  const list = (relative: string, absolute: string): string[] | undefined => {
+    let mtimeMs: number;
     try {
-      entries = readdirSync(absolute, { withFileTypes: true });
+      const slot = dirSlot.get(relative);
+      mtimeMs = ((slot !== undefined && prefetch?.at(slot)) || lstatSync(absolute)).mtimeMs;
     } catch (err) {
       if (relative === "") throw err;
-      skipped[(err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable"]++;
-      return;
+      miss(err);
+      return undefined;
     }
-    const rules = parentRules.enter(relative, absolute);
-    for (const entry of entries) {
-      const name = entry.name;
+    const cached = previousDirs?.get(relative);
+    if (cached && cached.mtimeMs === mtimeMs && mtimeMs < racyAfter) {
+      dirs.set(relative, cached);
+      return cached.names;
+    }
+    try {
+      const names = readdirSync(absolute, { withFileTypes: true }).map((e) => kindOf(e) + e.name);
+      relisted++;
+      dirs.set(relative, { mtimeMs, names });
+      return names;
+    } catch (err) {
+      if (relative === "") throw err;
+      miss(err);
+      return undefined;
+    }
+  };
+
+  const walk = (relative: string, absolute: string, parentRules: IgnoreStack) => {
+    const names = list(relative, absolute);
+    if (!names) return;
+    const rules = parentRules.enter(relative, absolute, {
+      gitignore: names.includes(`${KIND.file}.gitignore`),
+      sextantignore: names.includes(`${KIND.file}.sextantignore`),
+    });
+    for (const entry of names) {
+      const kind = entry[0];
+      const name = entry.slice(1);
       const path = relative === "" ? name : `${relative}/${name}`;
-      if (entry.isDirectory()) {
-        if (name === ".git" || rules.ignores(path, true)) continue;
-        walk(path, join(absolute, name), rules);
-      } else if (entry.isSymbolicLink()) {
+      if (kind === KIND.dir) {
+        if (name === ".git") continue;
+        if (!(trust && previousDirs!.has(path)) && rules.ignores(path, true)) continue;
+        walk(path, `${absolute}/${name}`, rules);
+      } else if (kind === KIND.link) {
         if (!rules.ignores(path, false)) skipped.symlink++;
-      } else if (entry.isFile()) {
-        if (rules.ignores(path, false)) continue;
-        const fileAbsolute = join(absolute, name);
-        let stats: Stats;
+      } else if (kind === KIND.file) {
+        const row = previousRow(path);
+        if (!(trust && row !== undefined) && rules.ignores(path, false)) continue;
+        const fileAbsolute = `${absolute}/${name}`;
+        let stats: StatLike;
         try {
-          stats = lstatSync(fileAbsolute);
+          const prefetched = row !== undefined ? prefetch?.at(row) : undefined;
+          stats = prefetched || lstatSync(fileAbsolute);
         } catch (err) {
-          skipped[(err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable"]++;
+          miss(err);
           continue;
         }
+        if (!stats.isFile()) continue;
         if (stats.size > maxFileBytes) {
           skipped.tooLarge++;
           continue;
         }
-        const known = previous?.get(path);
+        found++;
+        const meta = previous?.meta;
         if (
-          known &&
-          known.size === stats.size &&
-          known.mtimeMs === stats.mtimeMs &&
-          known.ino === stats.ino &&
+          row !== undefined &&
+          meta![row * 3] === stats.size &&
+          meta![row * 3 + 1] === stats.mtimeMs &&
+          meta![row * 3 + 2] === stats.ino &&
           stats.mtimeMs < racyAfter
         ) {
-          files.set(path, known);
+          files.copy(previous!, row);
         } else {
           toHash.push({ path, absolute: fileAbsolute, stats });
         }
       }
-      options.onProgress?.({ phase: "scan", done: files.size + toHash.length });
     }
+    options.onProgress?.({ phase: "scan", done: found });
   };
-  walk("", root, IgnoreStack.forRoot(root, options));
+  walk("", resolve(root), IgnoreStack.forRoot(root, { ...options, log }));
+  const rules = ruleHash.digest("hex");
+  if (trust && rules !== options.previousRules) {
+    // The ignore rules changed: what was included before proves nothing now.
+    return scanWorkspace(root, secret, { ...options, previousRules: undefined });
+  }
 
   let hashed = 0;
   for (const file of toHash) {
     const outcome = hashFile(file.absolute, file.stats, secret);
     if (typeof outcome === "string") skipped[outcome]++;
-    else files.set(file.path, outcome);
+    else files.push(file.path, outcome.size, outcome.mtimeMs, outcome.ino, outcome.hash);
     hashed++;
     options.onProgress?.({ phase: "hash", done: hashed, total: toHash.length });
   }
-  return { startedAt, files, skipped, hashed };
+  return { startedAt, files: files.build(), dirs, skipped, hashed, rules, relisted };
 }
 
 const chunk = Buffer.allocUnsafe(64 * 1024);
 
 /** Reads through one descriptor; a file that changed while being read is hashed but not cached as clean. */
-export function hashFile(absolute: string, before: Stats, secret: WorkspaceSecret): Outcome {
+export function hashFile(absolute: string, before: StatLike, secret: WorkspaceSecret): Outcome {
   let fd: number;
   try {
     fd = openSync(absolute, "r");
@@ -141,7 +239,7 @@ export function hashFile(absolute: string, before: Stats, secret: WorkspaceSecre
       // An unstable file gets an impossible mtime, so the next scan reads it again.
       mtimeMs: stable ? after.mtimeMs : -1,
       ino: after.ino,
-      hash: hasher.digest("hex"),
+      hash: hasher.digest(),
     };
   } catch {
     return "unreadable";

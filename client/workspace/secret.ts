@@ -1,3 +1,4 @@
+import { Lazy } from "./lazy.js";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 
 /**
@@ -15,7 +16,8 @@ export class WorkspaceSecret {
   readonly #contentKey: Buffer;
   /** Identifies the secret (not secret itself): caches made under another secret are discarded. */
   readonly fingerprint: string;
-  readonly #encrypted = new Map<string, string>();
+  #encrypted = new Map<string, string>();
+  #pending: Lazy<Map<string, string>> | undefined;
   readonly #decrypted = new Map<string, string>();
 
   constructor(readonly bytes: Buffer) {
@@ -25,6 +27,30 @@ export class WorkspaceSecret {
     this.#macKey = derive("sextant path-siv v1");
     this.#contentKey = derive("sextant content-mac v1");
     this.fingerprint = derive("sextant fingerprint v1").subarray(0, 12).toString("base64url");
+  }
+
+  /**
+   * Seeds the encryption cache with pairs this secret produced earlier (the workspace state keeps
+   * them). Only encryption uses it; decryption always authenticates.
+   */
+  seed(pairs: Lazy<Map<string, string>>): void {
+    // Adopted, not copied, and only when a name is first encrypted: the state's map becomes the
+    // cache and sees every new pair, and a scan that finds nothing changed never decodes it.
+    this.#pending = pairs;
+  }
+
+  #adopt(): void {
+    if (!this.#pending) return;
+    const pairs = this.#pending.get();
+    this.#pending = undefined;
+    for (const [name, token] of this.#encrypted) pairs.set(name, token);
+    this.#encrypted = pairs;
+  }
+
+  /** Every segment encrypted or decrypted so far, for the workspace state to keep. */
+  segments(): Lazy<Map<string, string>> {
+    if (this.#pending) return this.#pending;
+    return Lazy.of(this.#encrypted);
   }
 
   static generate(): WorkspaceSecret {
@@ -44,6 +70,7 @@ export class WorkspaceSecret {
 
   /** Encrypts one path segment. Padding to 16 bytes hides a name's exact length. */
   encryptSegment(name: string): string {
+    this.#adopt();
     const cached = this.#encrypted.get(name);
     if (cached) return cached;
     const plain = Buffer.from(name, "utf8");
@@ -62,6 +89,7 @@ export class WorkspaceSecret {
   decryptSegment(token: string): string {
     const cached = this.#decrypted.get(token);
     if (cached !== undefined) return cached;
+    // Seeded pairs were never decrypted here, and a seeded token is only trusted once authenticated.
     const raw = Buffer.from(token, "base64url");
     if (raw.length < 32 || raw.length % 16 !== 0 || raw.toString("base64url") !== token) {
       throw new Error("Not an encrypted path segment.");
@@ -74,7 +102,6 @@ export class WorkspaceSecret {
     const padLength = padded[padded.length - 1]!;
     const name = padded.subarray(0, padded.length - padLength).toString("utf8");
     this.#decrypted.set(token, name);
-    this.#encrypted.set(name, token);
     return name;
   }
 

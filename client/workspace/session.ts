@@ -2,7 +2,7 @@ import { basename } from "node:path";
 import type { Sextant } from "../sdk/client.js";
 import { NotFoundError } from "../sdk/errors.js";
 import { canonicalRoot, findEntry, saveEntry, type RegistryEntry } from "./registry.js";
-import { scanWorkspace, type ScanOptions, type ScanSkips } from "./scanner.js";
+import { scanWorkspace, type ScanOptions, type ScanResult, type ScanSkips } from "./scanner.js";
 import { WorkspaceSecret } from "./secret.js";
 import { loadState, saveState, type StateKey, type WorkspaceState } from "./state.js";
 import { syncTree, type SyncReport } from "./sync.js";
@@ -66,6 +66,45 @@ export interface IndexOptions extends Pick<ScanOptions, "maxFileBytes" | "onProg
   signal?: AbortSignal;
 }
 
+export interface LocalScan {
+  scan: ScanResult;
+  tree: LocalTree;
+  scanMs: number;
+  /** Whether the state learned anything worth writing back. */
+  changed: boolean;
+}
+
+/**
+ * Scans warm from the workspace state and rebuilds the Merkle tree incrementally, updating the
+ * state in memory; the caller saves it.
+ */
+export async function scanLocal(
+  ws: OpenWorkspace,
+  state: WorkspaceState,
+  options: Pick<ScanOptions, "maxFileBytes" | "onProgress"> = {},
+): Promise<LocalScan> {
+  const started = performance.now();
+  ws.secret.seed(state.segments);
+  const scan = await scanWorkspace(ws.entry.root, ws.secret, {
+    previous: state.entries,
+    previousDirs: state.dirs,
+    previousStartedAt: state.startedAt,
+    ...(state.rules ? { previousRules: state.rules } : {}),
+    ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+  });
+  const tree = new LocalTree(scan.files, ws.secret, { files: state.entries, dirHashes: state.dirHashes });
+  const changed =
+    scan.hashed > 0 || scan.relisted > 0 || scan.rules !== state.rules || !state.entries.sameFiles(scan.files);
+  state.entries = scan.files;
+  state.dirs = scan.dirs;
+  state.dirHashes = tree.dirHashes;
+  state.startedAt = scan.startedAt;
+  state.rules = scan.rules;
+  state.segments = ws.secret.segments();
+  return { scan, tree, scanMs: performance.now() - started, changed };
+}
+
 /** Scan (warm from the stat cache), build the Merkle tree, sync it, and remember what the edge holds. */
 export async function indexWorkspace(
   sextant: Sextant,
@@ -73,18 +112,8 @@ export async function indexWorkspace(
   options: IndexOptions = {},
 ): Promise<IndexReport> {
   const state: WorkspaceState = await loadState(ws.stateKey);
-  const scanStarted = performance.now();
-  const scan = scanWorkspace(ws.entry.root, ws.secret, {
-    previous: state.entries,
-    previousStartedAt: state.startedAt,
-    ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
-    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-  });
-  const tree = new LocalTree(scan.files, ws.secret);
-  state.entries = scan.files;
-  state.startedAt = scan.startedAt;
-  const scanMs = performance.now() - scanStarted;
-  await saveState(ws.stateKey, state);
+  const { scan, tree, scanMs, changed } = await scanLocal(ws, state, options);
+  if (changed) await saveState(ws.stateKey, state);
 
   const syncStarted = performance.now();
   let sync: SyncReport;
@@ -106,7 +135,7 @@ export async function indexWorkspace(
     }
     throw err;
   }
-  await saveState(ws.stateKey, state);
+  if (changed || sync.strategy !== "unchanged") await saveState(ws.stateKey, state);
   return {
     root: ws.entry.root,
     workspaceId: ws.entry.workspaceId,

@@ -1,6 +1,7 @@
 import { EMPTY_ROOT, parentOf } from "../../protocol/merkle.js";
 import { MAX_COMMIT_ENTRIES, SYNC_PROTOCOL, type TreeNode, type Upsert } from "../../protocol/sync.js";
 import type { Sextant } from "../sdk/client.js";
+import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
 import type { WorkspaceState } from "./state.js";
 import { join, type LocalTree } from "./tree.js";
@@ -69,7 +70,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     } else if (serverRoot === EMPTY_ROOT) {
       // A new or emptied workspace: everything is an upload, nothing to descend.
       report.strategy = "initial";
-      changes = fromSnapshot(tree, { ...state, synced: new Map() }, options.secret);
+      changes = fromSnapshot(tree, { ...state, synced: FileTable.empty() }, options.secret);
     } else {
       report.strategy = "descent";
       changes = await descend(options, call);
@@ -84,24 +85,41 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
   report.root = serverRoot;
   report.converged = serverRoot === tree.root;
   if (report.converged) {
-    state.synced = new Map([...tree.nodes.values()].filter((n) => n.kind === "f").map((n) => [n.path, n.hash]));
+    state.synced = tree.files;
     state.syncedRoot = tree.root;
   }
   return report;
 }
 
-/** Local tree against the snapshot of what the edge holds: no round trip needed. */
+/** How the local files differ from the synced snapshot, as counts. */
+export function pendingChanges(
+  files: FileTable,
+  synced: FileTable,
+): { added: number; changed: number; deleted: number } {
+  const pending = { added: 0, changed: 0, deleted: 0 };
+  files.paths.forEach((path, row) => {
+    if (!synced.has(path)) pending.added++;
+    else if (!synced.sameHash(path, files, row)) pending.changed++;
+  });
+  for (const path of synced.keys()) if (!files.has(path)) pending.deleted++;
+  return pending;
+}
+
+/** Local files against the snapshot of what the edge holds: no round trip, and only changed names are encrypted. */
 function fromSnapshot(tree: LocalTree, state: WorkspaceState, secret: WorkspaceSecret): SyncChanges {
   const upserts: SyncChanges["upserts"] = [];
-  const present = new Set<string>();
-  for (const [encrypted, node] of tree.nodes) {
-    if (node.kind !== "f") continue;
-    present.add(node.path);
-    if (state.synced.get(node.path) !== node.hash) {
-      upserts.push({ path: encrypted, hash: node.hash, size: node.size, plain: node.path });
+  const { files } = tree;
+  files.paths.forEach((path, row) => {
+    if (!state.synced.sameHash(path, files, row)) {
+      upserts.push({
+        path: secret.encryptPath(path),
+        hash: files.hashAt(row),
+        size: files.meta[row * 3]!,
+        plain: path,
+      });
     }
-  }
-  const deletes = [...state.synced.keys()].filter((path) => !present.has(path)).map((p) => secret.encryptPath(p));
+  });
+  const deletes = [...state.synced.keys()].filter((path) => !tree.files.has(path)).map((p) => secret.encryptPath(p));
   return { upserts, deletes };
 }
 

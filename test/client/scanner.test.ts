@@ -8,11 +8,11 @@ import { backdate, git, gitVisibleFiles, makeTree, writeTree } from "../support/
 
 const secret = WorkspaceSecret.generate();
 const gitOnly = { useDefaults: false, globalExcludes: null } as const;
-const scanned = (root: string, options = {}) =>
-  [...scanWorkspace(root, secret, { ...gitOnly, ...options }).files.keys()].sort();
+const scanned = async (root: string, options = {}) =>
+  [...(await scanWorkspace(root, secret, { ...gitOnly, ...options })).files.keys()].sort();
 
-describe("ignore semantics", () => {
-  it("matches git on nested .gitignore files, negation, anchoring, directory rules and info/exclude", () => {
+describe("ignore semantics", async () => {
+  it("matches git on nested .gitignore files, negation, anchoring, directory rules and info/exclude", async () => {
     const root = makeTree({
       ".gitignore": "*.log\n!keep.log\n/top-only.txt\nbuild/\ndocs/**/*.tmp\n**/cache\n",
       "keep.log": "k",
@@ -39,10 +39,10 @@ describe("ignore semantics", () => {
     });
     git(root, ["init", "-q"]);
     writeFileSync(join(root, ".git/info/exclude"), "excluded-by-info.txt\n*.txt\n!spaces in name.txt\n");
-    expect(scanned(root)).toEqual(gitVisibleFiles(root));
+    expect(await scanned(root)).toEqual(gitVisibleFiles(root));
   });
 
-  it("matches git on random trees with random ignore rules", () => {
+  it("matches git on random trees with random ignore rules", async () => {
     const names = ["a", "b", "c.ts", "d.log", "e.md", "build", "x.ts"];
     const patterns = [
       "a",
@@ -62,11 +62,11 @@ describe("ignore semantics", () => {
     ];
     const path = fc.array(fc.constantFrom(...names), { minLength: 1, maxLength: 3 }).map((p) => p.join("/"));
     const rules = fc.array(fc.constantFrom(...patterns), { maxLength: 5 }).map((p) => p.join("\n") + "\n");
-    fc.assert(
-      fc.property(
+    await fc.assert(
+      fc.asyncProperty(
         fc.uniqueArray(path, { minLength: 1, maxLength: 12 }),
         fc.array(fc.tuple(fc.constantFrom("", "a", "b", "build", "a/b"), rules), { maxLength: 3 }),
-        (paths, ignores) => {
+        async (paths, ignores) => {
           // A path cannot be both a file and a directory: keep the first of each conflict.
           const files: Record<string, string> = {};
           for (const p of paths) {
@@ -80,14 +80,14 @@ describe("ignore semantics", () => {
           }
           const root = makeTree(files);
           git(root, ["init", "-q"]);
-          expect(scanned(root)).toEqual(gitVisibleFiles(root));
+          expect(await scanned(root)).toEqual(gitVisibleFiles(root));
         },
       ),
       { numRuns: 60 },
     );
   });
 
-  it("lets .sextantignore exclude more and re-include what git ignores", () => {
+  it("lets .sextantignore exclude more and re-include what git ignores", async () => {
     const root = makeTree({
       ".gitignore": "generated/\n*.snap\n",
       ".sextantignore": "!generated/\n!keep.snap\nvendor/\n",
@@ -98,10 +98,16 @@ describe("ignore semantics", () => {
       "src/main.ts": "m",
     });
     git(root, ["init", "-q"]);
-    expect(scanned(root)).toEqual([".gitignore", ".sextantignore", "generated/api.ts", "keep.snap", "src/main.ts"]);
+    expect(await scanned(root)).toEqual([
+      ".gitignore",
+      ".sextantignore",
+      "generated/api.ts",
+      "keep.snap",
+      "src/main.ts",
+    ]);
   });
 
-  it("skips lock files, .env files and keys by default, unless .sextantignore re-includes them", () => {
+  it("skips lock files, .env files and keys by default, unless .sextantignore re-includes them", async () => {
     const root = makeTree({
       ".env": "SECRET=1",
       ".env.local": "SECRET=2",
@@ -111,17 +117,17 @@ describe("ignore semantics", () => {
       "node_modules/x/index.js": "x",
       "src/app.ts": "a",
     });
-    expect(scanned(root, { useDefaults: true })).toEqual(["src/app.ts"]);
+    expect(await scanned(root, { useDefaults: true })).toEqual(["src/app.ts"]);
     writeFileSync(join(root, ".sextantignore"), "!.env.example\n");
-    expect(scanned(root, { useDefaults: true })).toEqual([".env.example", ".sextantignore", "src/app.ts"]);
+    expect(await scanned(root, { useDefaults: true })).toEqual([".env.example", ".sextantignore", "src/app.ts"]);
     // A .gitignore negation cannot re-include a default exclusion.
     writeFileSync(join(root, ".gitignore"), "!.env\n");
-    expect(scanned(root, { useDefaults: true })).not.toContain(".env");
+    expect(await scanned(root, { useDefaults: true })).not.toContain(".env");
   });
 });
 
-describe("scanner", () => {
-  it("skips binaries, oversized files and symlinks, and never reads outside the workspace", () => {
+describe("scanner", async () => {
+  it("skips binaries, oversized files and symlinks, and never reads outside the workspace", async () => {
     const outside = makeTree({ "secret.txt": "outside" });
     const root = makeTree({
       "text.ts": "x",
@@ -130,41 +136,45 @@ describe("scanner", () => {
     });
     symlinkSync(join(outside, "secret.txt"), join(root, "link.txt"));
     symlinkSync(outside, join(root, "linked-dir"));
-    const result = scanWorkspace(root, secret, { ...gitOnly, maxFileBytes: 1000 });
+    const result = await scanWorkspace(root, secret, { ...gitOnly, maxFileBytes: 1000 });
     expect([...result.files.keys()]).toEqual(["text.ts"]);
     expect(result.skipped).toMatchObject({ binary: 1, tooLarge: 1, symlink: 2 });
   });
 
-  it("counts a file that vanished before it was read instead of failing", () => {
+  it("counts a file that vanished before it was read instead of failing", async () => {
     const root = makeTree({ "a.ts": "a" });
     expect(hashFile(join(root, "gone.ts"), {} as never, secret)).toBe("vanished");
   });
 
-  it("counts a directory it cannot read instead of failing", () => {
+  it("counts a directory it cannot read instead of failing", async () => {
     const root = makeTree({ "ok.ts": "ok", "locked/inner.ts": "x" });
     chmodSync(join(root, "locked"), 0o000);
     try {
-      const result = scanWorkspace(root, secret, gitOnly);
+      const result = await scanWorkspace(root, secret, gitOnly);
       expect(result.files.has("ok.ts")).toBe(true);
     } finally {
       chmodSync(join(root, "locked"), 0o755);
     }
   });
 
-  it("rescans warm without reading unchanged files, and re-reads changed and racily clean ones", () => {
+  it("rescans warm without reading unchanged files, and re-reads changed and racily clean ones", async () => {
     const files = Object.fromEntries(
       Array.from({ length: 50 }, (_, i) => [`src/f${i}.ts`, `export const v${i} = ${i};`]),
     );
     const root = makeTree(files);
     backdate(root, Object.keys(files));
-    const cold = scanWorkspace(root, secret, gitOnly);
+    const cold = await scanWorkspace(root, secret, gitOnly);
     expect(cold.hashed).toBe(50);
-    const warm = scanWorkspace(root, secret, { ...gitOnly, previous: cold.files, previousStartedAt: cold.startedAt });
+    const warm = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: cold.files,
+      previousStartedAt: cold.startedAt,
+    });
     expect(warm.hashed).toBe(0);
     expect(warm.files).toEqual(cold.files);
 
     writeTree(root, { "src/f1.ts": "changed" });
-    const afterEdit = scanWorkspace(root, secret, {
+    const afterEdit = await scanWorkspace(root, secret, {
       ...gitOnly,
       previous: warm.files,
       previousStartedAt: warm.startedAt,
@@ -176,7 +186,7 @@ describe("scanner", () => {
     // file-system clocks) is invisible to stat: only the racily-clean rule catches it.
     const second = Math.floor(Date.now() / 1000) - 100;
     utimesSync(join(root, "src/f2.ts"), second, second);
-    const cached = scanWorkspace(root, secret, {
+    const cached = await scanWorkspace(root, secret, {
       ...gitOnly,
       previous: afterEdit.files,
       previousStartedAt: afterEdit.startedAt,
@@ -184,27 +194,31 @@ describe("scanner", () => {
     const before = cached.files.get("src/f2.ts")!;
     writeTree(root, { "src/f2.ts": "export const v2 = 9;" });
     utimesSync(join(root, "src/f2.ts"), second, second);
-    const fooled = scanWorkspace(root, secret, {
+    const fooled = await scanWorkspace(root, secret, {
       ...gitOnly,
       previous: cached.files,
       previousStartedAt: second * 1000 + 1,
     });
     expect(fooled.files.get("src/f2.ts")!.hash).toBe(before.hash);
-    const racy = scanWorkspace(root, secret, { ...gitOnly, previous: cached.files, previousStartedAt: second * 1000 });
+    const racy = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: cached.files,
+      previousStartedAt: second * 1000,
+    });
     expect(racy.files.get("src/f2.ts")!.hash).not.toBe(before.hash);
   });
 
-  it("hashes what is on disk: equal content, equal hash; one changed byte, another hash", () => {
+  it("hashes what is on disk: equal content, equal hash; one changed byte, another hash", async () => {
     const root = makeTree({ "a/x.ts": "same", "b/x.ts": "same", "c/x.ts": "samE" });
-    const { files } = scanWorkspace(root, secret, gitOnly);
+    const { files } = await scanWorkspace(root, secret, gitOnly);
     expect(files.get("a/x.ts")!.hash).toBe(files.get("b/x.ts")!.hash);
     expect(files.get("a/x.ts")!.hash).not.toBe(files.get("c/x.ts")!.hash);
   });
 
-  it("does not descend into .git", () => {
+  it("does not descend into .git", async () => {
     const root = makeTree({ "a.ts": "a" });
     mkdirSync(join(root, ".git/objects"), { recursive: true });
     writeFileSync(join(root, ".git/objects/x"), "obj");
-    expect(scanned(root)).toEqual(["a.ts"]);
+    expect(await scanned(root)).toEqual(["a.ts"]);
   });
 });

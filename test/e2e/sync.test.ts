@@ -54,7 +54,7 @@ async function newClient(root: string, shared?: Client): Promise<Client> {
 }
 
 async function sync(client: Client, fetchImpl: typeof fetch = fetch) {
-  const scan = scanWorkspace(client.root, client.secret, { useDefaults: false, globalExcludes: null });
+  const scan = await scanWorkspace(client.root, client.secret, { useDefaults: false, globalExcludes: null });
   const tree = new LocalTree(scan.files, client.secret);
   const sextant = new Sextant({ apiKey, baseURL: edge.baseURL, fetch: fetchImpl, maxRetries: 0 });
   const report = await syncTree({

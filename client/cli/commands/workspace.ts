@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import type { IndexReport } from "../../workspace/session.js";
-import { indexWorkspace, openWorkspace } from "../../workspace/session.js";
+import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
+import { pendingChanges } from "../../workspace/sync.js";
 import { watchWorkspace } from "../../workspace/watch.js";
 import {
   exportToken,
@@ -11,9 +12,7 @@ import {
   saveEntry,
   canonicalRoot,
 } from "../../workspace/registry.js";
-import { loadState, removeState } from "../../workspace/state.js";
-import { scanWorkspace } from "../../workspace/scanner.js";
-import { LocalTree } from "../../workspace/tree.js";
+import { loadState, removeState, saveState } from "../../workspace/state.js";
 import { NotFoundError } from "../../sdk/errors.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printFields, printJson, printTable, shortDate } from "../output.js";
@@ -81,20 +80,11 @@ export function workspaceCommands(program: Command): void {
       const ws = await openWorkspace(sextant, dir);
       const remote = await sextant.workspaces.get(ws.entry.workspaceId);
       const state = await loadState(ws.stateKey);
-      const scan = scanWorkspace(ws.entry.root, ws.secret, {
-        previous: state.entries,
-        previousStartedAt: state.startedAt,
-      });
-      const tree = new LocalTree(scan.files, ws.secret);
+      const { scan, tree, changed } = await scanLocal(ws, state);
+      if (changed) await saveState(ws.stateKey, state);
       let pending: { added: number; changed: number; deleted: number } | null = null;
       if (state.syncedRoot === remote.tree.root) {
-        pending = { added: 0, changed: 0, deleted: 0 };
-        for (const [path, entry] of scan.files) {
-          const synced = state.synced.get(path);
-          if (synced === undefined) pending.added++;
-          else if (synced !== entry.hash) pending.changed++;
-        }
-        for (const path of state.synced.keys()) if (!scan.files.has(path)) pending.deleted++;
+        pending = pendingChanges(scan.files, state.synced);
       }
       const inSync = tree.root === remote.tree.root;
       const result = {
