@@ -47,7 +47,7 @@ describe("incremental Merkle tree", () => {
 
   it("lists the same files under encrypted names as the plain table", () => {
     const tree = new LocalTree(table({ "x/y.ts": "1".repeat(64), "z.md": "2".repeat(64) }), secret);
-    const encrypted = [...tree.filesUnder("")].map(([path, node]) => [secret.decryptPath(path), node.hash]);
+    const encrypted = [...tree.filesUnder("")].map(([path, node]) => [secret.decryptPath(path), node.hash] as const);
     expect(new Map(encrypted)).toEqual(
       new Map([
         ["x/y.ts", "1".repeat(64)],
