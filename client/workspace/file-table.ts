@@ -132,7 +132,9 @@ export class FileTableBuilder {
     const at = this.#paths.length;
     if ((at + 1) * 3 > this.#meta.length) this.#grow();
     this.#paths.push(from.paths[row]!);
-    this.#meta.set(from.meta.subarray(row * 3, row * 3 + 3), at * 3);
+    this.#meta[at * 3] = from.meta[row * 3]!;
+    this.#meta[at * 3 + 1] = from.meta[row * 3 + 1]!;
+    this.#meta[at * 3 + 2] = from.meta[row * 3 + 2]!;
     from.hashes.copy(this.#hashes, at * HASH_BYTES, row * HASH_BYTES, (row + 1) * HASH_BYTES);
   }
 

@@ -161,6 +161,20 @@ export async function scanWorkspace(
       } else if (kind === KIND.file) {
         const row = previousRow(path);
         if (!(trust && row !== undefined) && rules.ignores(path, false)) continue;
+        const meta = previous?.meta;
+        if (
+          row !== undefined &&
+          prefetch &&
+          meta![row * 3 + 1]! < racyAfter &&
+          prefetch.unchanged(row, meta![row * 3]!, meta![row * 3 + 1]!, meta![row * 3 + 2]!)
+        ) {
+          // The common warm case: same file, same stat, outside the racy window.
+          if (meta![row * 3]! <= maxFileBytes) {
+            found++;
+            files.copy(previous!, row);
+          } else skipped.tooLarge++;
+          continue;
+        }
         const fileAbsolute = `${absolute}/${name}`;
         let stats: StatLike;
         try {
@@ -176,7 +190,6 @@ export async function scanWorkspace(
           continue;
         }
         found++;
-        const meta = previous?.meta;
         if (
           row !== undefined &&
           meta![row * 3] === stats.size &&

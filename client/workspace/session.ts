@@ -6,6 +6,7 @@ import { scanWorkspace, type ScanOptions, type ScanResult, type ScanSkips } from
 import { WorkspaceSecret } from "./secret.js";
 import { loadState, saveState, type StateKey, type WorkspaceState } from "./state.js";
 import { syncTree, type SyncReport } from "./sync.js";
+import { StatPrefetch } from "./prefetch.js";
 import { LocalTree } from "./tree.js";
 
 export interface OpenWorkspace {
@@ -111,6 +112,7 @@ export async function indexWorkspace(
   ws: OpenWorkspace,
   options: IndexOptions = {},
 ): Promise<IndexReport> {
+  StatPrefetch.prepare();
   const state: WorkspaceState = await loadState(ws.stateKey);
   const { scan, tree, scanMs, changed } = await scanLocal(ws, state, options);
   if (changed) await saveState(ws.stateKey, state);

@@ -1,5 +1,5 @@
 import { EMPTY_ROOT, parentOf } from "../../protocol/merkle.js";
-import { MAX_COMMIT_ENTRIES, SYNC_PROTOCOL, type TreeNode, type Upsert } from "../../protocol/sync.js";
+import { MAX_COMMIT_ENTRIES, MAX_DIFF_NODES, SYNC_PROTOCOL, type TreeNode, type Upsert } from "../../protocol/sync.js";
 import type { Sextant } from "../sdk/client.js";
 import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
@@ -8,7 +8,13 @@ import { join, type LocalTree } from "./tree.js";
 
 /** Keeps one commit request well under the edge's default 1 MiB body limit. */
 const MAX_COMMIT_BYTES = 512 * 1024;
-const DIFF_BUDGET = 4000;
+/**
+ * Nodes asked for per directory in the frontier. The edge expands breadth-first without knowing
+ * which subtrees match, so a small budget per differing directory keeps matching subtrees out of
+ * the answer at the cost of a round trip per level or two.
+ */
+const DIFF_BUDGET_PER_DIR = 100;
+const MAX_FRONTIER = 500;
 /** Extra passes when another client changes the workspace while this one syncs. */
 const MAX_PASSES = 3;
 
@@ -133,11 +139,15 @@ async function descend(options: SyncOptions, call: <T>(p: Promise<T>) => Promise
     const answer = await call(
       sextant.workspaces.diff(
         workspaceId,
-        { protocol: SYNC_PROTOCOL, dirs: frontier.slice(0, 500), budget: DIFF_BUDGET },
+        {
+          protocol: SYNC_PROTOCOL,
+          dirs: frontier.slice(0, MAX_FRONTIER),
+          budget: Math.min(MAX_DIFF_NODES, DIFF_BUDGET_PER_DIR * Math.min(frontier.length, MAX_FRONTIER)),
+        },
         { signal: options.signal },
       ),
     );
-    const expanded = new Set(frontier.slice(0, 500));
+    const expanded = new Set(frontier.slice(0, MAX_FRONTIER));
     for (const node of answer.nodes) {
       server.set(node.path, node);
       if (node.kind === "d") expanded.add(node.path);
@@ -148,7 +158,7 @@ async function descend(options: SyncOptions, call: <T>(p: Promise<T>) => Promise
     }
     for (const dir of answer.truncated) expanded.delete(dir);
     for (const dir of expanded) if (!childrenOf.has(dir)) childrenOf.set(dir, []);
-    const pending = [...answer.truncated, ...frontier.slice(500)];
+    const pending = [...answer.truncated, ...frontier.slice(MAX_FRONTIER)];
     // Only truncated directories that differ from ours need their children.
     frontier = pending.filter((dir) => tree.get(dir)?.hash !== server.get(dir)?.hash);
   }

@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -220,5 +220,37 @@ describe("scanner", async () => {
     mkdirSync(join(root, ".git/objects"), { recursive: true });
     writeFileSync(join(root, ".git/objects/x"), "obj");
     expect(await scanned(root)).toEqual(["a.ts"]);
+  });
+});
+
+describe("warm scan with parallel stat", () => {
+  it("finds exactly what a cold scan finds, and every kind of change, on a tree large enough to use threads", async () => {
+    const files = Object.fromEntries(
+      Array.from({ length: 5000 }, (_, i) => [`d${i % 50}/e${i % 7}/f${i}.ts`, `v${i}`]),
+    );
+    const root = makeTree(files);
+    backdate(root, Object.keys(files));
+    const first = await scanWorkspace(root, secret, gitOnly);
+    const options = (prev: typeof first) => ({
+      ...gitOnly,
+      previous: prev.files,
+      previousDirs: prev.dirs,
+      previousStartedAt: Date.now() + 1,
+      previousRules: prev.rules,
+    });
+    const warm = await scanWorkspace(root, secret, options(first));
+    expect(warm.hashed).toBe(0);
+    expect(warm.relisted).toBe(0);
+    expect(warm.files.sameFiles(first.files)).toBe(true);
+
+    writeTree(root, { "d1/e1/f1.ts": "edited!", "d2/new.ts": "new" });
+    rmSync(join(root, "d3/e3/f3.ts"));
+    writeFileSync(join(root, ".gitignore"), "d4/\n");
+    const after = await scanWorkspace(root, secret, options(warm));
+    const cold = await scanWorkspace(root, secret, gitOnly);
+    expect([...after.files.keys()].sort()).toEqual([...cold.files.keys()].sort());
+    for (const path of cold.files.keys()) expect(after.files.hash(path)).toBe(cold.files.hash(path));
+    expect(after.files.has("d4/e4/f4.ts")).toBe(false);
+    expect(after.files.hash("d1/e1/f1.ts")).not.toBe(first.files.hash("d1/e1/f1.ts"));
   });
 });

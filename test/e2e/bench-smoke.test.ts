@@ -1,5 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
+import { reportScan, runScanBench } from "../../bench/scan.js";
+import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
+import { reportWatch, runWatchLatency } from "../../bench/watch-latency.js";
 
 /** A short run of each benchmark, so that CI notices when one breaks; the figures come from full runs. */
 describe("benchmarks (smoke)", () => {
@@ -11,5 +14,25 @@ describe("benchmarks (smoke)", () => {
       expect(figures.p99).toBeGreaterThanOrEqual(figures.p50);
     }
     expect(report(results)).toContain("cache off / cache on");
+  }, 180_000);
+
+  it("scan measures cold and warm scans against git", async () => {
+    const figures = await runScanBench(2000, { cold: 1, warm: 2 });
+    expect(figures.files).toBe(2001);
+    expect(figures.warmMs).toBeGreaterThan(0);
+    expect(reportScan(figures)).toContain("git status");
+  }, 180_000);
+
+  it("sync-cost measures round trips and bytes for each change count and the flat baseline", async () => {
+    const result = await runSyncCost(2000, [0, 1, 10]);
+    expect(result.runs.map((r) => r.changed)).toEqual([0, 1, 10, 10]);
+    expect(result.runs[0]).toMatchObject({ roundTrips: 1, strategy: "unchanged" });
+    expect(reportSyncCost(result, 2000)).toContain("flat manifest");
+  }, 180_000);
+
+  it("watch-latency measures saves reaching the edge", async () => {
+    const figures = await runWatchLatency(500, 3);
+    expect(figures.p95).toBeGreaterThanOrEqual(figures.p50);
+    expect(reportWatch(figures)).toContain("p95");
   }, 180_000);
 });

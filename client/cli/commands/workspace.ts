@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import type { IndexReport } from "../../workspace/session.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
+import { StatPrefetch } from "../../workspace/prefetch.js";
 import { pendingChanges } from "../../workspace/sync.js";
 import { watchWorkspace } from "../../workspace/watch.js";
 import {
@@ -79,6 +80,7 @@ export function workspaceCommands(program: Command): void {
       const { sextant } = await client(options);
       const ws = await openWorkspace(sextant, dir);
       const remote = await sextant.workspaces.get(ws.entry.workspaceId);
+      StatPrefetch.prepare();
       const state = await loadState(ws.stateKey);
       const { scan, tree, changed } = await scanLocal(ws, state);
       if (changed) await saveState(ws.stateKey, state);
