@@ -7,6 +7,7 @@ import { WorkspaceSecret } from "./secret.js";
 import { loadState, saveState, type StateKey, type WorkspaceState } from "./state.js";
 import { syncTree, type SyncReport } from "./sync.js";
 import { StatPrefetch } from "./prefetch.js";
+import { scanPaths } from "./targeted-scan.js";
 import { LocalTree } from "./tree.js";
 
 export interface OpenWorkspace {
@@ -65,6 +66,10 @@ export interface IndexReport {
 export interface IndexOptions extends Pick<ScanOptions, "maxFileBytes" | "onProgress"> {
   onUpload?: (event: { done: number; total: number }) => void;
   signal?: AbortSignal;
+  /** A state kept in memory between runs (by `sextant watch`), instead of loading it from disk. */
+  state?: WorkspaceState;
+  /** Paths known to have changed: when given, only they are looked at if that is safe. */
+  paths?: Iterable<string>;
 }
 
 export interface LocalScan {
@@ -82,18 +87,25 @@ export interface LocalScan {
 export async function scanLocal(
   ws: OpenWorkspace,
   state: WorkspaceState,
-  options: Pick<ScanOptions, "maxFileBytes" | "onProgress"> = {},
+  options: Pick<ScanOptions, "maxFileBytes" | "onProgress"> & { paths?: Iterable<string> } = {},
 ): Promise<LocalScan> {
   const started = performance.now();
   ws.secret.seed(state.segments);
-  const scan = await scanWorkspace(ws.entry.root, ws.secret, {
-    previous: state.entries,
-    previousDirs: state.dirs,
-    previousStartedAt: state.startedAt,
-    ...(state.rules ? { previousRules: state.rules } : {}),
-    ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
-    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-  });
+  const targeted = options.paths
+    ? scanPaths(ws.entry.root, ws.secret, state, options.paths, {
+        ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
+      })
+    : undefined;
+  const scan =
+    targeted ??
+    (await scanWorkspace(ws.entry.root, ws.secret, {
+      previous: state.entries,
+      previousDirs: state.dirs,
+      previousStartedAt: state.startedAt,
+      ...(state.rules ? { previousRules: state.rules } : {}),
+      ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
+      ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    }));
   const tree = new LocalTree(scan.files, ws.secret, { files: state.entries, dirHashes: state.dirHashes });
   const changed =
     scan.hashed > 0 || scan.relisted > 0 || scan.rules !== state.rules || !state.entries.sameFiles(scan.files);
@@ -113,9 +125,11 @@ export async function indexWorkspace(
   options: IndexOptions = {},
 ): Promise<IndexReport> {
   StatPrefetch.prepare();
-  const state: WorkspaceState = await loadState(ws.stateKey);
+  const resident = options.state !== undefined;
+  const state: WorkspaceState = options.state ?? (await loadState(ws.stateKey));
   const { scan, tree, scanMs, changed } = await scanLocal(ws, state, options);
-  if (changed) await saveState(ws.stateKey, state);
+  // A one-shot run keeps its scan even if the sync then fails; a resident state is saved after.
+  if (changed && !resident) await saveState(ws.stateKey, state);
 
   const syncStarted = performance.now();
   let sync: SyncReport;

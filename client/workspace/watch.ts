@@ -1,7 +1,8 @@
-import { relative } from "node:path";
+import { relative, sep } from "node:path";
 import { watch } from "chokidar";
 import type { Sextant } from "../sdk/client.js";
 import { indexWorkspace, type IndexReport, type OpenWorkspace } from "./session.js";
+import { loadState } from "./state.js";
 
 export interface WatchOptions {
   /** Quiet time after the last event before a sync starts: edits in a burst become one sync. */
@@ -29,6 +30,10 @@ export async function watchWorkspace(sextant: Sextant, ws: OpenWorkspace, option
   let running = false;
   let again: "change" | "reconcile" | "retry" | undefined;
   let failures = 0;
+  // Paths reported since the last sync; a directory event or an overflow asks for a full scan.
+  let changed = new Set<string>();
+  let full = true;
+  const state = await loadState(ws.stateKey);
 
   const schedule = (reason: "start" | "change" | "reconcile" | "retry", delay = debounceMs) => {
     if (options.signal?.aborted) return;
@@ -43,12 +48,20 @@ export async function watchWorkspace(sextant: Sextant, ws: OpenWorkspace, option
   const run = async (reason: "start" | "change" | "reconcile" | "retry") => {
     running = true;
     again = undefined;
+    const paths = full || reason !== "change" || changed.size > 1000 ? undefined : changed;
+    changed = new Set();
+    full = false;
     try {
-      const report = await indexWorkspace(sextant, ws, options.signal ? { signal: options.signal } : {});
+      const report = await indexWorkspace(sextant, ws, {
+        state,
+        ...(paths ? { paths } : {}),
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
       failures = 0;
       options.onSync?.(report, reason);
     } catch (err) {
       if (options.signal?.aborted) return;
+      full = true;
       const retryIn = Math.min(1000 * 2 ** failures++, 30_000);
       options.onError?.(err, retryIn);
       again = undefined;
@@ -65,7 +78,11 @@ export async function watchWorkspace(sextant: Sextant, ws: OpenWorkspace, option
     followSymlinks: false,
     ignored: (path) => NEVER_WATCHED.test(relative(root, path)),
   });
-  watcher.on("all", () => schedule("change"));
+  watcher.on("all", (event, path) => {
+    if (event === "addDir" || event === "unlinkDir") full = true;
+    else changed.add(relative(root, path).split(sep).join("/"));
+    schedule("change");
+  });
   await new Promise<void>((resolve) => watcher.once("ready", () => resolve()));
   options.onReady?.();
   schedule("start", 0);

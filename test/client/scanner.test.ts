@@ -4,6 +4,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { hashFile, scanWorkspace } from "../../client/workspace/scanner.js";
 import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import { emptyState } from "../../client/workspace/state.js";
+import { scanPaths } from "../../client/workspace/targeted-scan.js";
 import { backdate, git, gitVisibleFiles, makeTree, writeTree } from "../support/fixture.js";
 
 const secret = WorkspaceSecret.generate();
@@ -252,5 +254,35 @@ describe("warm scan with parallel stat", () => {
     for (const path of cold.files.keys()) expect(after.files.hash(path)).toBe(cold.files.hash(path));
     expect(after.files.has("d4/e4/f4.ts")).toBe(false);
     expect(after.files.hash("d1/e1/f1.ts")).not.toBe(first.files.hash("d1/e1/f1.ts"));
+  });
+});
+
+describe("targeted scan of reported paths", () => {
+  it("gives what a full scan gives for edits, additions, deletions and newly ignored files", async () => {
+    const root = makeTree({ ".gitignore": "*.log\n", "a/x.ts": "x", "a/y.ts": "y", "b/z.ts": "z" });
+    backdate(root, ["a/x.ts", "a/y.ts", "b/z.ts", ".gitignore"]);
+    const state = emptyState();
+    const first = await scanWorkspace(root, secret, gitOnly);
+    Object.assign(state, { entries: first.files, dirs: first.dirs, rules: first.rules, startedAt: first.startedAt });
+
+    writeTree(root, { "a/x.ts": "x2", "b/new.ts": "n", "b/debug.log": "ignored" });
+    rmSync(join(root, "a/y.ts"));
+    const targeted = scanPaths(root, secret, state, ["a/x.ts", "a/y.ts", "b/new.ts", "b/debug.log"], {})!;
+    const full = await scanWorkspace(root, secret, gitOnly);
+    expect([...targeted.files.keys()].sort()).toEqual([...full.files.keys()].sort());
+    for (const path of full.files.keys()) expect(targeted.files.hash(path)).toBe(full.files.hash(path));
+  });
+
+  it("declines directory events, ignore-file edits and paths it has no listing for", async () => {
+    const root = makeTree({ "a/x.ts": "x" });
+    const state = emptyState();
+    const first = await scanWorkspace(root, secret, gitOnly);
+    Object.assign(state, { entries: first.files, dirs: first.dirs, rules: first.rules, startedAt: first.startedAt });
+    mkdirSync(join(root, "newdir"));
+    expect(scanPaths(root, secret, state, ["newdir"], {})).toBeUndefined();
+    writeTree(root, { ".gitignore": "a/\n" });
+    expect(scanPaths(root, secret, state, [".gitignore"], {})).toBeUndefined();
+    writeTree(root, { "unseen/deep/f.ts": "f" });
+    expect(scanPaths(root, secret, state, ["unseen/deep/f.ts"], {})).toBeUndefined();
   });
 });
