@@ -39,7 +39,7 @@ function git(root: string, home: string, args: string[]): number {
   return performance.now() - started;
 }
 
-export async function runScanBench(count: number, runs = { cold: 3, warm: 7 }): Promise<ScanFigures> {
+export async function runScanBench(count: number, runs = { cold: 3, warm: 15 }): Promise<ScanFigures> {
   const { root } = generateTree(join(tmpdir(), `sextant-bench-tree-${count}`), count);
   const home = mkdtempSync(join(tmpdir(), "sextant-bench-home-"));
   process.env.SEXTANT_CACHE_DIR = mkdtempSync(join(tmpdir(), "sextant-bench-cache-"));
@@ -51,35 +51,29 @@ export async function runScanBench(count: number, runs = { cold: 3, warm: 7 }): 
     stateKey: { root, workspaceId: "ws_bench", fingerprint: secret.fingerprint },
   };
 
+  // git and sextant runs alternate, so both see the same machine: on a shared machine, timings
+  // drift by a quarter from minute to minute, and back-to-back blocks would measure the drift.
   const gitAdd: number[] = [];
+  const cold: number[] = [];
   for (let i = 0; i < runs.cold; i++) {
     rmSync(join(root, ".git"), { recursive: true, force: true });
     git(root, home, ["init", "-q"]);
     gitAdd.push(git(root, home, ["add", "-A"]));
-  }
-  const gitStatus: number[] = [];
-  for (let i = 0; i < runs.warm; i++) gitStatus.push(git(root, home, ["status", "--porcelain"]));
-
-  const cold: number[] = [];
-  for (let i = 0; i < runs.cold; i++) {
     await removeState(ws.stateKey);
     const fresh = new WorkspaceSecret(secret.bytes);
-    const [, ms] = await timed(async () => {
-      const state = emptyState();
-      await scanLocal({ ...ws, secret: fresh }, state);
-      return state;
-    });
+    const [, ms] = await timed(async () => scanLocal({ ...ws, secret: fresh }, emptyState()));
     cold.push(ms);
   }
   const state = emptyState();
   const scan = await scanLocal(ws, state);
-  await saveState(ws.stateKey, state);
   // Let the racily-clean window pass, as it has for any file saved more than a moment ago.
   await new Promise((resolve) => setTimeout(resolve, 50));
   await saveState(ws.stateKey, { ...state, startedAt: Date.now() });
 
+  const gitStatus: number[] = [];
   const warm: number[] = [];
   for (let i = 0; i < runs.warm; i++) {
+    gitStatus.push(git(root, home, ["status", "--porcelain"]));
     const fresh = new WorkspaceSecret(secret.bytes);
     // As `sextant status` does: threads start while the state loads.
     const [result, ms] = await timed(async () => {

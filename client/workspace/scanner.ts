@@ -55,7 +55,8 @@ type Outcome = { size: number; mtimeMs: number; ino: number; hash: Buffer } | ke
 /** A listing entry's kind, as the first character of its cached form. */
 const KIND = { file: "f", dir: "d", link: "l", other: "o" } as const;
 
-function kindOf(entry: Dirent): string {
+/** The one-letter kind prefix a cached listing stores with each name. */
+export function kindOf(entry: Dirent): string {
   if (entry.isFile()) return KIND.file;
   if (entry.isDirectory()) return KIND.dir;
   if (entry.isSymbolicLink()) return KIND.link;

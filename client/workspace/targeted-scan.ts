@@ -2,12 +2,12 @@ import { lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { FileTableBuilder } from "./file-table.js";
 import { IgnoreStack } from "./ignore-rules.js";
-import { DEFAULT_MAX_FILE_BYTES, hashFile, type ScanResult } from "./scanner.js";
+import { parentOf } from "../../protocol/merkle.js";
+import { DEFAULT_MAX_FILE_BYTES, hashFile, kindOf, type ScanResult } from "./scanner.js";
 import type { WorkspaceSecret } from "./secret.js";
 import type { WorkspaceState } from "./state.js";
 
 const RULE_FILES = new Set([".gitignore", ".sextantignore"]);
-const parentOf = (path: string) => (path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "");
 
 /**
  * Updates the previous scan for a handful of paths the file-system watcher reported, instead of
@@ -84,9 +84,7 @@ export function scanPaths(
     if (!dirs.has(dir)) return undefined;
     try {
       const mtimeMs = lstatSync(join(root, dir)).mtimeMs;
-      const names = readdirSync(join(root, dir), { withFileTypes: true }).map(
-        (e) => (e.isFile() ? "f" : e.isDirectory() ? "d" : e.isSymbolicLink() ? "l" : "o") + e.name,
-      );
+      const names = readdirSync(join(root, dir), { withFileTypes: true }).map((e) => kindOf(e) + e.name);
       dirs.set(dir, { mtimeMs, names });
     } catch {
       return undefined;

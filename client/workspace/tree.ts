@@ -1,4 +1,4 @@
-import { compareNames, dirHash, type ChildEntry, type NodeKind } from "../../protocol/merkle.js";
+import { compareNames, dirHash, nameOf, parentOf, type ChildEntry, type NodeKind } from "../../protocol/merkle.js";
 import type { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
 
@@ -18,11 +18,9 @@ export interface TreeCache {
   dirHashes: ReadonlyMap<string, string>;
 }
 
-const parentOfPlain = (path: string) => {
-  const slash = path.lastIndexOf("/");
-  return slash < 0 ? "" : path.slice(0, slash);
-};
-const nameOfPlain = (path: string) => path.slice(path.lastIndexOf("/") + 1);
+// Plain and encrypted paths split the same way.
+const parentOfPlain = parentOf;
+const nameOfPlain = nameOf;
 
 /**
  * The client's Merkle tree over encrypted names; it hashes exactly as the edge does, so equal
