@@ -19,6 +19,8 @@ export interface ScanOptions {
   previousDirs?: ReadonlyMap<string, DirListing>;
   /** When the previous scan started: anything modified at or after it is "racily clean" and re-read. */
   previousStartedAt?: number;
+  /** What the previous scan skipped, reported again when nothing changed. */
+  previousSkipped?: ScanSkips;
   /**
    * Fingerprint of the ignore rules the previous scan used. While the rules are the same, what it
    * included is included again without re-matching; if they turn out to differ, the scan reruns.
@@ -102,6 +104,10 @@ export async function scanWorkspace(
       paths.push(dir || ".");
     }
     prefetch = await StatPrefetch.run(root, paths);
+    if (prefetch && trust && options.previousSkipped) {
+      const quick = verifyUnchanged(root, options, previous, previousDirs, prefetch, dirSlot, startedAt);
+      if (quick) return { ...quick, skipped: { ...options.previousSkipped } };
+    }
   }
   // The walk meets files in the previous scan's order, so the next row is almost always the right one.
   let cursor = 0;
@@ -222,6 +228,52 @@ export async function scanWorkspace(
     options.onProgress?.({ phase: "hash", done: hashed, total: toHash.length });
   }
   return { startedAt, files: files.build(), dirs, skipped, hashed, rules, relisted };
+}
+
+/**
+ * The warm scan's common case, decided without walking: every file the previous scan kept has
+ * the same stat outside the racy window, every directory it listed has the same mtime (so the same
+ * entries), and the ignore rules hash the same. Then the previous result is this scan's result.
+ * Anything else returns undefined and the walk decides.
+ */
+function verifyUnchanged(
+  root: string,
+  options: ScanOptions,
+  previous: FileTable,
+  previousDirs: ReadonlyMap<string, DirListing>,
+  prefetch: StatPrefetch,
+  dirSlot: ReadonlyMap<string, number>,
+  startedAt: number,
+): Omit<ScanResult, "skipped"> | undefined {
+  const racyAfter = options.previousStartedAt ?? 0;
+  const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  const meta = previous.meta;
+  for (let row = 0; row < previous.size; row++) {
+    const size = meta[row * 3]!;
+    const mtimeMs = meta[row * 3 + 1]!;
+    if (mtimeMs >= racyAfter || size > maxFileBytes) return undefined;
+    if (!prefetch.unchanged(row, size, mtimeMs, meta[row * 3 + 2]!)) return undefined;
+  }
+  for (const [dir, listing] of previousDirs) {
+    const stat = prefetch.at(dirSlot.get(dir)!);
+    if (!stat || !stat.isDirectory() || stat.mtimeMs !== listing.mtimeMs || listing.mtimeMs >= racyAfter) {
+      return undefined;
+    }
+  }
+  // The rule files, read in the walk's order (the listings' order is the order they were walked in).
+  const ruleHash = createHash("sha256");
+  const log: RuleLog = (source, text) => ruleHash.update(`${source}\0${text}\0`);
+  const base = resolve(root);
+  const stack = IgnoreStack.forRoot(root, { ...options, log });
+  for (const [dir, listing] of previousDirs) {
+    stack.enter(dir, dir === "" ? base : `${base}/${dir}`, {
+      gitignore: listing.names.includes(`${KIND.file}.gitignore`),
+      sextantignore: listing.names.includes(`${KIND.file}.sextantignore`),
+    });
+  }
+  const rules = ruleHash.digest("hex");
+  if (rules !== options.previousRules) return undefined;
+  return { startedAt, files: previous, dirs: new Map(previousDirs), hashed: 0, rules, relisted: 0 };
 }
 
 const chunk = Buffer.allocUnsafe(64 * 1024);

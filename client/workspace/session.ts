@@ -103,17 +103,23 @@ export async function scanLocal(
       previousDirs: state.dirs,
       previousStartedAt: state.startedAt,
       ...(state.rules ? { previousRules: state.rules } : {}),
+      ...(state.skipped ? { previousSkipped: state.skipped } : {}),
       ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
       ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     }));
   const tree = new LocalTree(scan.files, ws.secret, { files: state.entries, dirHashes: state.dirHashes });
   const changed =
-    scan.hashed > 0 || scan.relisted > 0 || scan.rules !== state.rules || !state.entries.sameFiles(scan.files);
+    scan.hashed > 0 ||
+    scan.relisted > 0 ||
+    scan.rules !== state.rules ||
+    state.skipped === undefined ||
+    !state.entries.sameFiles(scan.files);
   state.entries = scan.files;
   state.dirs = scan.dirs;
   state.dirHashes = tree.dirHashes;
   state.startedAt = scan.startedAt;
   state.rules = scan.rules;
+  state.skipped = scan.skipped;
   state.segments = ws.secret.segments();
   return { scan, tree, scanMs: performance.now() - started, changed };
 }

@@ -5,6 +5,7 @@ import { dirname, join } from "node:path";
 import envPaths from "env-paths";
 import { FileTable } from "./file-table.js";
 import { Lazy } from "./lazy.js";
+import type { ScanSkips } from "./scanner.js";
 
 export type { StatEntry } from "./file-table.js";
 
@@ -27,6 +28,8 @@ export interface WorkspaceState {
   startedAt: number;
   /** Fingerprint of the ignore rules the last scan used. */
   rules: string | undefined;
+  /** What the last scan skipped, by reason. */
+  skipped: ScanSkips | undefined;
   entries: FileTable;
   dirs: Map<string, DirListing>;
   dirHashes: Map<string, string>;
@@ -48,6 +51,7 @@ export interface StateKey {
 export const emptyState = (): WorkspaceState => ({
   startedAt: 0,
   rules: undefined,
+  skipped: undefined,
   entries: FileTable.empty(),
   dirs: new Map(),
   dirHashes: new Map(),
@@ -74,6 +78,7 @@ interface Header extends StateKey {
   format: 3;
   startedAt: number;
   rules: string | null;
+  skipped: ScanSkips | null;
   syncedRoot: string | null;
   syncedIsEntries: boolean;
   sections: Record<string, [offset: number, length: number]>;
@@ -140,9 +145,11 @@ export async function loadState(key: StateKey): Promise<WorkspaceState> {
     });
     const synced = header.syncedIsEntries ? entries : table(section("syncedPaths"), null, section("syncedHashes"));
     check(header.rules === null || typeof header.rules === "string");
+    const skipped = header.skipped && typeof header.skipped === "object" ? header.skipped : undefined;
     return {
       startedAt: header.startedAt,
       rules: header.rules ?? undefined,
+      skipped,
       entries,
       dirs,
       dirHashes,
@@ -194,6 +201,7 @@ export async function saveState(key: StateKey, state: WorkspaceState): Promise<v
     ...key,
     startedAt: state.startedAt,
     rules: state.rules ?? null,
+    skipped: state.skipped ?? null,
     syncedRoot: state.syncedRoot,
     syncedIsEntries,
     sections,

@@ -242,6 +242,7 @@ describe("warm scan with parallel stat", () => {
       previousDirs: prev.dirs,
       previousStartedAt: Date.now() + 1,
       previousRules: prev.rules,
+      previousSkipped: prev.skipped,
     });
     const warm = await scanWorkspace(root, secret, options(first));
     expect(warm.hashed).toBe(0);
@@ -257,6 +258,19 @@ describe("warm scan with parallel stat", () => {
     for (const path of cold.files.keys()) expect(after.files.hash(path)).toBe(cold.files.hash(path));
     expect(after.files.has("d4/e4/f4.ts")).toBe(false);
     expect(after.files.hash("d1/e1/f1.ts")).not.toBe(first.files.hash("d1/e1/f1.ts"));
+
+    // Rules outside the tree change nothing that stat can see: only their fingerprint tells.
+    mkdirSync(join(root, ".git/info"), { recursive: true });
+    writeFileSync(join(root, ".git/info/exclude"), "");
+    backdate(root, ["d1/e1/f1.ts", "d2/new.ts", ".gitignore", ".", "d2", "d1/e1"]);
+    const settled = await scanWorkspace(root, secret, gitOnly);
+    const again = await scanWorkspace(root, secret, options(settled));
+    // Nothing changed: the previous result itself comes back, without a walk.
+    expect(again.files).toBe(settled.files);
+    writeFileSync(join(root, ".git/info/exclude"), "d5/\n");
+    const excluded = await scanWorkspace(root, secret, options(settled));
+    expect(excluded.files.has("d5/e5/f5.ts")).toBe(false);
+    expect(excluded.files.size).toBe(settled.files.size - 100);
   });
 });
 
