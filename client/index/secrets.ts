@@ -1,0 +1,82 @@
+import { lintSource } from "@secretlint/core";
+import { creator as recommended } from "@secretlint/secretlint-rule-preset-recommend";
+
+export interface Redaction {
+  /** Character offsets into the text, end exclusive. */
+  start: number;
+  end: number;
+  /** Which rule found it: a secretlint rule id, or "high-entropy". */
+  rule: string;
+}
+
+/** What replaces a secret in the text that leaves the device: same line count, nothing of the secret. */
+export const REDACTED = "[secret removed]";
+
+// Tokens that look random: long runs of base64/hex-ish characters.
+const TOKEN = /[A-Za-z0-9+/_\-=]{24,}/g;
+const MIN_ENTROPY_BITS = 4.2;
+
+function entropy(token: string): number {
+  const counts = new Map<string, number>();
+  for (const ch of token) counts.set(ch, (counts.get(ch) ?? 0) + 1);
+  let bits = 0;
+  for (const n of counts.values()) {
+    const p = n / token.length;
+    bits -= p * Math.log2(p);
+  }
+  return bits;
+}
+
+/**
+ * Random-looking tokens that secretlint's provider-specific rules would miss (a generic API key in
+ * a config, a token pasted into a test). Identifiers and paths are spared: they are words, not noise.
+ */
+function highEntropy(text: string): Redaction[] {
+  const found: Redaction[] = [];
+  for (const match of text.matchAll(TOKEN)) {
+    const token = match[0];
+    const classes = [/[a-z]/, /[A-Z]/, /[0-9]/].filter((re) => re.test(token)).length;
+    if (classes < 3 || entropy(token) < MIN_ENTROPY_BITS) continue;
+    found.push({ start: match.index!, end: match.index! + token.length, rule: "high-entropy" });
+  }
+  return found;
+}
+
+/**
+ * Finds secrets in a file with secretlint's recommended rules (cloud keys, tokens, private keys,
+ * connection strings…) plus a high-entropy check, before anything leaves the device.
+ */
+export async function findSecrets(path: string, text: string): Promise<Redaction[]> {
+  const result = await lintSource({
+    source: { filePath: path, content: text, ext: path.slice(path.lastIndexOf(".")), contentType: "text" },
+    options: {
+      config: { rules: [{ id: "@secretlint/secretlint-rule-preset-recommend", rule: recommended }] },
+      noPhysicFilePath: true,
+    },
+  });
+  const found = result.messages.map((m) => ({ start: m.range[0], end: m.range[1], rule: m.ruleId }));
+  return merge([...found, ...highEntropy(text)]);
+}
+
+function merge(ranges: Redaction[]): Redaction[] {
+  const sorted = [...ranges].sort((a, b) => a.start - b.start);
+  const out: Redaction[] = [];
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last && r.start <= last.end) last.end = Math.max(last.end, r.end);
+    else out.push({ ...r });
+  }
+  return out;
+}
+
+/** The text with every secret replaced; newlines inside a secret (a PEM block) are kept. */
+export function redact(text: string, secrets: readonly Redaction[]): string {
+  let out = "";
+  let at = 0;
+  for (const s of secrets) {
+    const lines = text.slice(s.start, s.end).split("\n").length - 1;
+    out += text.slice(at, s.start) + REDACTED + "\n".repeat(lines);
+    at = s.end;
+  }
+  return out + text.slice(at);
+}

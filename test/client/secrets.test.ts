@@ -1,0 +1,51 @@
+import { describe, expect, it } from "vitest";
+import { findSecrets, redact, REDACTED } from "../../client/index/secrets.js";
+
+// Built at run time so that no scanner mistakes this test file for a leak.
+const AWS_KEY = ["AKIA", "QYLPMN5HHHFPZAM2"].join("");
+const AWS_SECRET = ["tfD8UbqBuhEyMC", "hnWnYzxgSvQZRMbpHt", "0ESg4R/dT"].join("");
+const GITHUB_TOKEN = ["ghp_", "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"].join("");
+const PRIVATE_KEY = [
+  "-----BEGIN RSA PRIVATE KEY-----",
+  "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi3+6BxJnZm3OKOiVOyJIPbjYbj",
+  "KRCA/YFpnpiSeU6k4Zkq0D5SDF28vpXdHA1OjGnYAZHsEwaIEuyYG9XYSxTeZdST",
+  "-----END RSA PRIVATE KEY-----",
+].join("\n");
+
+describe("secret filtering", () => {
+  it("finds cloud keys, tokens and private keys, and redacts them without moving any line", async () => {
+    const text = [
+      `const aws = { accessKeyId: "${AWS_KEY}", secretAccessKey: "${AWS_SECRET}" };`,
+      `const gh = "${GITHUB_TOKEN}";`,
+      `const pem = \`${PRIVATE_KEY}\`;`,
+      "export function add(a, b) { return a + b; }",
+    ].join("\n");
+    const secrets = await findSecrets("config.ts", text);
+    // The maintained rules do the work here, not only the entropy check.
+    expect(secrets.some((s) => s.rule.includes("secretlint"))).toBe(true);
+    const clean = redact(text, secrets);
+    // An AWS access key id names a key but is not one; the secret access key is what must not leave.
+    for (const secret of [AWS_SECRET, GITHUB_TOKEN, "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi3"]) {
+      expect(clean).not.toContain(secret);
+    }
+    expect(clean).toContain(REDACTED);
+    expect(clean.split("\n")).toHaveLength(text.split("\n").length);
+    expect(clean).toContain("export function add(a, b) { return a + b; }");
+  });
+
+  it("leaves ordinary code alone: identifiers, paths, prose and hex-free constants", async () => {
+    const text = [
+      "import { createWorkspaceSecretFromEnvironment } from './workspace/secret-store';",
+      "const url = 'https://example.com/api/v1/workspaces/list';",
+      "// The quick brown fox jumps over the lazy dog again and again.",
+      "const MAX_RETRY_DELAY_MILLISECONDS = 30_000;",
+    ].join("\n");
+    expect(await findSecrets("a.ts", text)).toEqual([]);
+  });
+
+  it("catches a random-looking token no provider rule knows", async () => {
+    const token = ["Zx8Qp2LmV7", "nR4tYb9KcW", "3sHd6Jf1Ga"].join("");
+    const secrets = await findSecrets("settings.py", `API_TOKEN = "${token}"\n`);
+    expect(secrets.map((s) => s.rule)).toContain("high-entropy");
+  });
+});
