@@ -76,7 +76,7 @@ export async function runSyncCost(count: number, ks: number[]): Promise<{ baseli
       const { fetchImpl, totals } = meter();
       const sextant = new Sextant({ apiKey, baseURL: edge.baseURL, fetch: fetchImpl, timeout: 600_000 });
       const started = performance.now();
-      const report = await syncTree({ sextant, workspaceId: workspace.id, secret, tree, state: target });
+      const report = await syncTree({ sextant, workspaceId: workspace.id, root, secret, tree, state: target });
       const wallMs = performance.now() - started;
       if (!report.converged) throw new Error(`${label}: did not converge`);
       return {

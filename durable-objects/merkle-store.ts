@@ -1,5 +1,12 @@
 import { dirHash, EMPTY_ROOT, nameOf, parentOf, type NodeKind } from "../protocol/merkle.js";
-import type { TreeNode, Upsert } from "../protocol/sync.js";
+import type { TreeNode } from "../protocol/sync.js";
+
+/** A file's leaf: its encrypted path, keyed content hash and size. */
+export interface Leaf {
+  path: string;
+  hash: string;
+  size: number;
+}
 
 interface NodeRow {
   path: string;
@@ -47,8 +54,13 @@ export class MerkleStore {
   }
 
   /** Applies deletes, then upserts, then recomputes every affected directory: all or nothing. */
-  commit(upserts: readonly Upsert[], deletes: readonly string[]): TreeTotals {
-    return this.transaction(() => {
+  commit(upserts: readonly Leaf[], deletes: readonly string[]): TreeTotals {
+    return this.transaction(() => this.apply(upserts, deletes));
+  }
+
+  /** `commit` without its own transaction, for a caller that holds one around more than the tree. */
+  apply(upserts: readonly Leaf[], deletes: readonly string[]): TreeTotals {
+    {
       const dirty = new Set<string>();
       for (const path of deletes) {
         if (this.#get(path)) this.#removeSubtree(path);
@@ -74,7 +86,7 @@ export class MerkleStore {
       }
       this.#recompute(dirty);
       return this.totals();
-    });
+    }
   }
 
   /**

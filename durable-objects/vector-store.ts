@@ -93,16 +93,35 @@ export class VectorStore {
     this.#cache = undefined;
   }
 
+  /** Deletes every segment object of this store from R2. */
+  async destroy(): Promise<void> {
+    for (let cursor: string | undefined; ; ) {
+      const page = await this.bucket.list({ prefix: `${this.prefix}/`, ...(cursor ? { cursor } : {}) });
+      if (page.objects.length > 0) await this.bucket.delete(page.objects.map((o) => o.key));
+      if (!page.truncated) break;
+      cursor = page.cursor;
+    }
+    this.#cache = undefined;
+  }
+
   count(): number {
     return Number(this.sql.exec("SELECT count(*) AS n FROM chunks").one().n);
   }
 
+  /** Drops the chunks of exactly these paths (a file that a directory now replaces). */
+  removeExact(paths: readonly string[]): void {
+    for (const path of paths) this.sql.exec("DELETE FROM chunks WHERE path = ?", path);
+    this.#cache = undefined;
+  }
+
   /** The k best chunks by inner product with `query` (already transformed with the same key). */
-  async search(query: Float32Array, k: number): Promise<VectorHit[]> {
+  async search(query: Float32Array, k: number, pathPrefix?: string): Promise<VectorHit[]> {
     const cache = await this.#load();
     const d = this.dims;
     const scores: { i: number; score: number }[] = [];
+    const below = pathPrefix ? `${pathPrefix}/` : undefined;
     for (let i = 0; i < cache.rows.length; i++) {
+      if (below && !cache.rows[i]!.path.startsWith(below)) continue;
       let dot = 0;
       const base = i * d;
       for (let j = 0; j < d; j++) dot += cache.vectors[base + j]! * query[j]!;

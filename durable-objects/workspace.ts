@@ -1,14 +1,19 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
+import { BUILTIN_DIMS } from "../protocol/embedder/builtin.js";
+import { parentOf } from "../protocol/merkle.js";
 import {
-  CommitRequest,
   DiffRequest,
+  EncryptedPath,
+  Hash,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
+  type SearchResponse,
   type TreeStatus,
 } from "../protocol/sync.js";
 import { MerkleStore } from "./merkle-store.js";
+import { VectorStore, type IndexedChunk } from "./vector-store.js";
 
 const WorkspaceMeta = z.object({
   workspaceId: z.string().min(1),
@@ -16,6 +21,25 @@ const WorkspaceMeta = z.object({
   createdAt: z.iso.datetime(),
 });
 export type WorkspaceMeta = z.infer<typeof WorkspaceMeta>;
+
+/** A commit as the object receives it: leaves without text, and the chunks' vectors, already keyed. */
+const TreeCommit = z.object({
+  upserts: z.array(z.object({ path: EncryptedPath, hash: Hash, size: z.number().int().nonnegative() })).max(2000),
+  deletes: z.array(EncryptedPath).max(2000),
+});
+export type TreeCommit = z.infer<typeof TreeCommit>;
+
+const VectorChunks = z
+  .array(
+    z.object({
+      path: EncryptedPath,
+      chunkId: Hash,
+      startLine: z.number().int().positive(),
+      endLine: z.number().int().positive(),
+      vector: z.instanceof(Float32Array).refine((v) => v.length === BUILTIN_DIMS, "wrong dimensions"),
+    }),
+  )
+  .max(100_000);
 
 /** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
 export class InvalidRpcInput extends TypeError {}
@@ -33,6 +57,7 @@ function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.
 export class Workspace extends DurableObject<Env> {
   /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
   #tree: MerkleStore | null = null;
+  #vectors: VectorStore | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -55,6 +80,12 @@ export class Workspace extends DurableObject<Env> {
        )`,
     );
     this.#tree = new MerkleStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn));
+    this.#vectors = new VectorStore(
+      this.ctx.storage.sql,
+      this.env.INDEX,
+      `workspaces/${this.ctx.id.toString()}`,
+      BUILTIN_DIMS,
+    );
   }
 
   /** Idempotent: a retried create after a dropped connection leaves the same state. */
@@ -90,11 +121,28 @@ export class Workspace extends DurableObject<Env> {
     return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, nodes, truncated };
   }
 
-  /** Applies a batch of accepted leaves and deletions atomically; replaying it changes nothing. */
-  async commit(input: CommitRequest): Promise<CommitResponse | null> {
-    const request = parse(CommitRequest, input, "commit");
-    if (!this.#tree) return null;
-    const { root, files, bytes } = this.#tree.commit(request.upserts, request.deletes);
+  /**
+   * Applies a batch of files and deletions. The vectors go to R2 first (immutable segments); then
+   * one transaction records them and commits the leaves, so the tree never claims a file whose
+   * vectors are not stored. Replaying a commit changes nothing.
+   */
+  async commit(input: TreeCommit, chunks: IndexedChunk[] = []): Promise<CommitResponse | null> {
+    const request = parse(TreeCommit, input, "commit");
+    const vectors = parse(VectorChunks, chunks, "vectors");
+    if (!this.#tree || !this.#vectors) return null;
+    const tree = this.#tree;
+    const store = this.#vectors;
+    const written = vectors.length > 0 ? await store.write(vectors) : undefined;
+    const { root, files, bytes } = this.ctx.storage.transactionSync(() => {
+      store.removePaths(request.deletes);
+      // A file that a new file's directory replaces, and files with no chunks left.
+      const ancestors = new Set<string>();
+      for (const { path } of request.upserts) for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
+      store.removeExact([...ancestors]);
+      store.removePaths(request.upserts.map((u) => u.path));
+      if (written) store.record(written);
+      return tree.apply(request.upserts, request.deletes);
+    });
     const now = new Date().toISOString();
     this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
     return {
@@ -107,11 +155,21 @@ export class Workspace extends DurableObject<Env> {
     };
   }
 
+  /** The best chunks for a query vector (keyed by the client, like the stored ones). */
+  async search(query: Float32Array, topK: number, pathPrefix?: string): Promise<SearchResponse | null> {
+    parse(z.instanceof(Float32Array), query, "query");
+    if (!this.#tree || !this.#vectors) return null;
+    const results = await this.#vectors.search(query, Math.min(Math.max(1, topK), 100), pathPrefix);
+    return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, results };
+  }
+
   /** Wipes every byte this object holds; later capabilities keep all their state here too. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
+    await this.#vectors?.destroy();
     await this.ctx.storage.deleteAll();
     this.#tree = null;
+    this.#vectors = null;
   }
 
   #meta(): WorkspaceMeta | null {

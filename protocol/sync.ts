@@ -1,10 +1,17 @@
 /**
- * Workspace sync, protocol version 1. Paths are encrypted segments joined by "/"; hashes are
- * lower-case hex. The edge never sees a real name or any file content here.
+ * Workspace sync, protocol version 2. Paths are encrypted segments joined by "/"; hashes and
+ * chunk ids are keyed, lower-case hex. Version 2 carries each changed file's chunks (secrets
+ * already removed on the device): the edge embeds them and drops the text, and commits the file
+ * only once its vectors are stored.
  */
 import { z } from "zod";
 
-export const SYNC_PROTOCOL = 1;
+export const SYNC_PROTOCOL = 2;
+
+/** The client's 32-byte vector key, base64url, sent with every request that embeds or searches. */
+export const VECTOR_KEY_HEADER = "Sextant-Vector-Key";
+export const MAX_CHUNK_CHARS = 8000;
+export const MAX_QUERY_CHARS = 2000;
 
 /** An encrypted segment: base64url of at least a 16-byte tag and a 16-byte block. */
 export const SEGMENT = /^[A-Za-z0-9_-]{43,400}$/;
@@ -61,8 +68,48 @@ export const DiffResponse = z.object({
 });
 export type DiffResponse = z.infer<typeof DiffResponse>;
 
-export const Upsert = z.strictObject({ path: EncryptedPath, hash: Hash, size: z.number().int().nonnegative() });
-export type Upsert = z.infer<typeof Upsert>;
+export const ChunkUpload = z.strictObject({
+  /** Keyed hash of the text (HMAC under a key derived from the workspace secret). */
+  id: Hash,
+  text: z.string().max(MAX_CHUNK_CHARS),
+  startLine: z.number().int().positive(),
+  endLine: z.number().int().positive(),
+});
+export type ChunkUpload = z.infer<typeof ChunkUpload>;
+
+export const Upsert = z.strictObject({
+  path: EncryptedPath,
+  hash: Hash,
+  size: z.number().int().nonnegative(),
+  chunks: z.array(ChunkUpload).max(2000).default([]),
+});
+export type Upsert = z.input<typeof Upsert>;
+
+export const SearchRequest = z.strictObject({
+  protocol,
+  query: z.string().trim().min(1).max(MAX_QUERY_CHARS),
+  topK: z.number().int().min(1).max(100).default(10),
+  /** An encrypted directory: only files below it are searched. */
+  pathPrefix: EncryptedPath.optional(),
+});
+export type SearchRequest = z.input<typeof SearchRequest>;
+
+export const SearchHit = z.object({
+  path: z.string(),
+  startLine: z.number().int(),
+  endLine: z.number().int(),
+  chunkId: Hash,
+  score: z.number(),
+});
+export type SearchHit = z.infer<typeof SearchHit>;
+
+export const SearchResponse = z.object({
+  protocol: z.literal(SYNC_PROTOCOL),
+  /** The Merkle root the results were served from. */
+  root: Hash,
+  results: z.array(SearchHit),
+});
+export type SearchResponse = z.infer<typeof SearchResponse>;
 
 export const CommitRequest = z
   .strictObject({

@@ -1,6 +1,8 @@
 /**
  * The keyed, distance-preserving transform applied to every stored vector and every query: a
- * random orthogonal matrix derived from a 32-byte key that the client holds and sends per request.
+ * pseudo-random rotation derived from a 32-byte key that the client holds and sends per request:
+ * three rounds of random signs and a Walsh-Hadamard transform, then a random permutation (the
+ * structured random rotation of fast Johnson-Lindenstrauss transforms), O(d log d) per vector.
  * Orthogonal maps preserve inner products and norms exactly, so search with the key ranks exactly
  * as search on the raw vectors would; without the key, stored vectors live in a rotated space that
  * queries embedded from known code do not line up with. SECURITY.md states the limits.
@@ -11,12 +13,12 @@
 import { hkdf } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 
-/** Deterministic standard normal samples from a key: SHA-256 in counter mode, Box-Muller. */
-function gaussianStream(seed: Uint8Array): () => number {
+/** A deterministic stream of 32-bit words from a seed: SHA-256 in counter mode. */
+function wordStream(seed: Uint8Array): () => number {
   let counter = 0;
   let block = new Uint32Array(0);
   let at = 0;
-  const nextUint = (): number => {
+  return () => {
     if (at >= block.length) {
       const input = new Uint8Array(seed.length + 4);
       input.set(seed);
@@ -27,49 +29,50 @@ function gaussianStream(seed: Uint8Array): () => number {
     }
     return block[at++]!;
   };
-  let spare: number | undefined;
-  return () => {
-    if (spare !== undefined) {
-      const s = spare;
-      spare = undefined;
-      return s;
-    }
-    const u1 = (nextUint() + 1) / 4294967297;
-    const u2 = nextUint() / 4294967296;
-    const r = Math.sqrt(-2 * Math.log(u1));
-    spare = r * Math.sin(2 * Math.PI * u2);
-    return r * Math.cos(2 * Math.PI * u2);
-  };
 }
 
-/** A Haar-random orthogonal matrix, row-major: Gram-Schmidt (twice, for stability) on Gaussian rows. */
-function orthogonal(dims: number, seed: Uint8Array): Float64Array {
-  const next = gaussianStream(seed);
-  const m = new Float64Array(dims * dims);
-  for (let i = 0; i < m.length; i++) m[i] = next();
-  for (let i = 0; i < dims; i++) {
-    const row = m.subarray(i * dims, (i + 1) * dims);
-    for (let pass = 0; pass < 2; pass++) {
-      for (let j = 0; j < i; j++) {
-        const other = m.subarray(j * dims, (j + 1) * dims);
-        let dot = 0;
-        for (let k = 0; k < dims; k++) dot += row[k]! * other[k]!;
-        for (let k = 0; k < dims; k++) row[k]! -= dot * other[k]!;
+/** In-place fast Walsh-Hadamard transform, scaled to be orthogonal. */
+function hadamard(x: Float64Array): void {
+  const n = x.length;
+  for (let h = 1; h < n; h *= 2) {
+    for (let i = 0; i < n; i += h * 2) {
+      for (let j = i; j < i + h; j++) {
+        const a = x[j]!;
+        const b = x[j + h]!;
+        x[j] = a + b;
+        x[j + h] = a - b;
       }
     }
-    let norm = 0;
-    for (let k = 0; k < dims; k++) norm += row[k]! * row[k]!;
-    norm = Math.sqrt(norm);
-    for (let k = 0; k < dims; k++) row[k]! /= norm;
   }
-  return m;
+  const scale = 1 / Math.sqrt(n);
+  for (let i = 0; i < n; i++) x[i]! *= scale;
 }
 
-const cache = new Map<string, Float64Array>();
+const ROUNDS = 3;
+
+/** Random signs for each round and a random permutation: the whole key schedule. */
+interface Schedule {
+  signs: Float64Array;
+  permutation: Uint32Array;
+}
+
+function schedule(dims: number, seed: Uint8Array): Schedule {
+  const next = wordStream(seed);
+  const signs = new Float64Array(ROUNDS * dims);
+  for (let i = 0; i < signs.length; i++) signs[i] = next() & 1 ? 1 : -1;
+  const permutation = new Uint32Array(dims).map((_, i) => i);
+  for (let i = dims - 1; i > 0; i--) {
+    const j = next() % (i + 1);
+    [permutation[i], permutation[j]] = [permutation[j]!, permutation[i]!];
+  }
+  return { signs, permutation };
+}
+
+const cache = new Map<string, Schedule>();
 const CACHE_LIMIT = 16;
 
 export class VectorKey {
-  readonly #matrix: Float64Array;
+  readonly #schedule: Schedule;
 
   /** `key` is the client's 32-byte vector key; `dims` the embedder's dimensions. */
   constructor(
@@ -77,6 +80,7 @@ export class VectorKey {
     readonly dims: number,
   ) {
     if (key.length !== 32) throw new Error("A vector key is 32 bytes.");
+    if (dims < 2 || (dims & (dims - 1)) !== 0) throw new Error("Vector dimensions must be a power of two.");
     const seed = hkdf(
       sha256,
       key,
@@ -85,27 +89,27 @@ export class VectorKey {
       32,
     );
     const id = `${dims}:${Array.from(seed.subarray(0, 16)).join(",")}`;
-    let matrix = cache.get(id);
-    if (!matrix) {
-      matrix = orthogonal(dims, seed);
-      cache.set(id, matrix);
+    let entry = cache.get(id);
+    if (!entry) {
+      entry = schedule(dims, seed);
+      cache.set(id, entry);
       if (cache.size > CACHE_LIMIT) cache.delete(cache.keys().next().value!);
     }
-    this.#matrix = matrix;
+    this.#schedule = entry;
   }
 
   /** The rotated vector. Inner products and norms are preserved up to rounding. */
   apply(vector: ArrayLike<number>): Float32Array {
     const d = this.dims;
     if (vector.length !== d) throw new Error(`Expected a vector of ${d} dimensions, got ${vector.length}.`);
-    const out = new Float32Array(d);
-    const m = this.#matrix;
-    for (let i = 0; i < d; i++) {
-      let sum = 0;
-      const row = i * d;
-      for (let k = 0; k < d; k++) sum += m[row + k]! * vector[k]!;
-      out[i] = sum;
+    const { signs, permutation } = this.#schedule;
+    const x = Float64Array.from(vector);
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let i = 0; i < d; i++) x[i]! *= signs[r * d + i]!;
+      hadamard(x);
     }
+    const out = new Float32Array(d);
+    for (let i = 0; i < d; i++) out[i] = x[permutation[i]!]!;
     return out;
   }
 }

@@ -31,12 +31,27 @@ function entropy(token: string): number {
  * Random-looking tokens that secretlint's provider-specific rules would miss (a generic API key in
  * a config, a token pasted into a test). Identifiers and paths are spared: they are words, not noise.
  */
+/** Words joined by separators (`Ai_Cf_Meta_Llama_3`, `docs/Web/API/port1`): a name, not a secret. */
+function wordLike(token: string): boolean {
+  const parts = token.split(/[_\-/.+=]+/).filter(Boolean);
+  if (parts.length < 3) return false;
+  const words = parts.filter((p) => /^([A-Z]?[a-z]+|[A-Z]+|\d+[A-Za-z]?|[A-Z][a-z]*\d*)$/.test(p)).length;
+  return words / parts.length >= 0.6;
+}
+
+/** Runs like `0123456789ABCDEF…`: an alphabet written out, not noise. */
+function sequential(token: string): boolean {
+  let steps = 0;
+  for (let i = 1; i < token.length; i++) if (token.charCodeAt(i) === token.charCodeAt(i - 1) + 1) steps++;
+  return steps / token.length > 0.5;
+}
+
 function highEntropy(text: string): Redaction[] {
   const found: Redaction[] = [];
   for (const match of text.matchAll(TOKEN)) {
     const token = match[0];
     const classes = [/[a-z]/, /[A-Z]/, /[0-9]/].filter((re) => re.test(token)).length;
-    if (classes < 3 || entropy(token) < MIN_ENTROPY_BITS) continue;
+    if (classes < 3 || entropy(token) < MIN_ENTROPY_BITS || wordLike(token) || sequential(token)) continue;
     found.push({ start: match.index!, end: match.index! + token.length, rule: "high-entropy" });
   }
   return found;

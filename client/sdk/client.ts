@@ -15,7 +15,16 @@ import {
   type CreateWorkspaceRequest,
   type UpdateOrgRequest,
 } from "../../protocol/schemas.js";
-import { CommitResponse, DiffResponse, TreeStatus, type CommitRequest, type DiffRequest } from "../../protocol/sync.js";
+import {
+  CommitResponse,
+  DiffResponse,
+  SearchResponse,
+  TreeStatus,
+  VECTOR_KEY_HEADER,
+  type CommitRequest,
+  type DiffRequest,
+  type SearchRequest,
+} from "../../protocol/sync.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
 
@@ -136,15 +145,30 @@ export class Sextant {
         idempotent: true,
         ...opts,
       }),
-    /** Applies accepted leaves and deletions atomically; replaying a commit changes nothing, so it is retried. */
-    commit: (workspaceId: string, body: CommitRequest, opts: PerRequest = {}) =>
+    /**
+     * Applies files (with their chunks, embedded at the edge) and deletions atomically; replaying a
+     * commit changes nothing, so it is retried. `vectorKey` (base64url) is needed when chunks are sent.
+     */
+    commit: (workspaceId: string, body: CommitRequest, opts: PerRequest & { vectorKey?: string } = {}) =>
       this.http.request({
         method: "POST",
         path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/commit`,
         body,
         schema: CommitResponse,
         idempotent: true,
-        ...opts,
+        ...(opts.signal ? { signal: opts.signal } : {}),
+        ...(opts.vectorKey ? { headers: { [VECTOR_KEY_HEADER]: opts.vectorKey } } : {}),
+      }),
+    /** The chunks that best answer a question; paths come back encrypted, for the client to decrypt. */
+    search: (workspaceId: string, body: SearchRequest, opts: PerRequest & { vectorKey: string }) =>
+      this.http.request({
+        method: "POST",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/search`,
+        body,
+        schema: SearchResponse,
+        idempotent: true,
+        headers: { [VECTOR_KEY_HEADER]: opts.vectorKey },
+        ...(opts.signal ? { signal: opts.signal } : {}),
       }),
     delete: (workspaceId: string, opts: PerRequest = {}) =>
       this.http

@@ -25,6 +25,7 @@ export interface RequestOptions<S extends z.ZodType> {
   signal?: AbortSignal;
   /** Overrides the method's default: only idempotent requests are retried after a possible partial effect. */
   idempotent?: boolean;
+  headers?: Record<string, string>;
 }
 
 const IDEMPOTENT = new Set(["GET", "PUT", "DELETE"]);
@@ -77,6 +78,7 @@ export class HttpClient {
       "User-Agent": `sextant-sdk/${VERSION}`,
       "X-Request-Id": requestId,
       ...this.options.defaultHeaders,
+      ...req.headers,
     };
     if (this.options.token) headers.Authorization = `Bearer ${this.options.token}`;
     if (req.body !== undefined) headers["Content-Type"] = "application/json";

@@ -14,6 +14,9 @@ export class WorkspaceSecret {
   readonly #encKey: Buffer;
   readonly #macKey: Buffer;
   readonly #contentKey: Buffer;
+  readonly #chunkKey: Buffer;
+  /** The 32-byte key for the edge's vector transform, base64url: sent per request, never stored there. */
+  readonly vectorKey: string;
   /** Identifies the secret (not secret itself): caches made under another secret are discarded. */
   readonly fingerprint: string;
   #encrypted = new Map<string, string>();
@@ -26,6 +29,8 @@ export class WorkspaceSecret {
     this.#encKey = derive("sextant path-encryption v1");
     this.#macKey = derive("sextant path-siv v1");
     this.#contentKey = derive("sextant content-mac v1");
+    this.#chunkKey = derive("sextant chunk-id v1");
+    this.vectorKey = derive("sextant vector key v1").toString("base64url");
     this.fingerprint = derive("sextant fingerprint v1").subarray(0, 12).toString("base64url");
   }
 
@@ -122,6 +127,11 @@ export class WorkspaceSecret {
   /** A keyed hash of file content, hex. */
   contentHash(content: Buffer): string {
     return createHmac("sha256", this.#contentKey).update(content).digest("hex");
+  }
+
+  /** A chunk's id: keyed, so a stored id cannot be matched against the hash of known code. */
+  chunkId(text: string): string {
+    return createHmac("sha256", this.#chunkKey).update(text).digest("hex");
   }
 
   contentHasher() {

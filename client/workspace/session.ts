@@ -143,6 +143,7 @@ export async function indexWorkspace(
     sync = await syncTree({
       sextant,
       workspaceId: ws.entry.workspaceId,
+      root: ws.entry.root,
       secret: ws.secret,
       tree,
       state,

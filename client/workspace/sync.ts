@@ -3,6 +3,7 @@ import { MAX_COMMIT_ENTRIES, MAX_DIFF_NODES, SYNC_PROTOCOL, type TreeNode, type 
 import type { Sextant } from "../sdk/client.js";
 import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
+import { prepareUpload, type PreparedUpload } from "./upload.js";
 import type { WorkspaceState } from "./state.js";
 import { join, type LocalTree } from "./tree.js";
 
@@ -32,11 +33,17 @@ export interface SyncReport {
   roundTrips: number;
   root: string;
   converged: boolean;
+  /** Chunks uploaded for embedding. */
+  chunks: number;
+  /** Secrets found in changed files and removed before upload. */
+  secretsWithheld: number;
 }
 
 export interface SyncOptions {
   sextant: Sextant;
   workspaceId: string;
+  /** The workspace's directory: changed files are read from it to be chunked. */
+  root: string;
   secret: WorkspaceSecret;
   tree: LocalTree;
   state: WorkspaceState;
@@ -61,6 +68,8 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     roundTrips: 0,
     root: "",
     converged: false,
+    chunks: 0,
+    secretsWithheld: 0,
   };
   const call = <T>(promise: Promise<T>) => {
     report.roundTrips++;
@@ -86,7 +95,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
       else report.added++;
     }
     report.deleted += changes.deletes.length;
-    serverRoot = await commitAll(options, changes, call, serverRoot);
+    serverRoot = await commitAll(options, changes, call, serverRoot, report);
   }
   report.root = serverRoot;
   report.converged = serverRoot === tree.root;
@@ -193,37 +202,42 @@ async function commitAll(
   changes: SyncChanges,
   call: <T>(p: Promise<T>) => Promise<T>,
   root: string,
+  report: SyncReport,
 ): Promise<string> {
-  const entries: ({ kind: "delete"; path: string } | { kind: "upsert"; upsert: Upsert })[] = [
-    ...changes.deletes.map((path) => ({ kind: "delete" as const, path })),
-    ...changes.upserts.map(({ plain: _plain, ...upsert }) => ({ kind: "upsert" as const, upsert })),
-  ];
+  const total = changes.deletes.length + changes.upserts.length;
+  let deletes = changes.deletes;
+  let next = 0;
   let done = 0;
-  while (done < entries.length) {
+  let pending: PreparedUpload | undefined;
+  while (deletes.length > 0 || next < changes.upserts.length || pending) {
+    // Deletions first, then files in batches bounded by entries and by bytes (chunk text included).
+    const batchDeletes = deletes.slice(0, MAX_COMMIT_ENTRIES);
+    deletes = deletes.slice(batchDeletes.length);
     const upserts: Upsert[] = [];
-    const deletes: string[] = [];
-    let bytes = 0;
-    while (
-      done + upserts.length + deletes.length < entries.length &&
-      upserts.length + deletes.length < MAX_COMMIT_ENTRIES
-    ) {
-      const entry = entries[done + upserts.length + deletes.length]!;
-      const size = entry.kind === "delete" ? entry.path.length + 3 : entry.upsert.path.length + 110;
-      if (bytes + size > MAX_COMMIT_BYTES && upserts.length + deletes.length > 0) break;
-      bytes += size;
-      if (entry.kind === "delete") deletes.push(entry.path);
-      else upserts.push(entry.upsert);
+    let bytes = batchDeletes.reduce((n, p) => n + p.length + 3, 0);
+    while (batchDeletes.length + upserts.length < MAX_COMMIT_ENTRIES) {
+      pending ??=
+        next < changes.upserts.length
+          ? await prepareUpload(options.root, options.secret, changes.upserts[next++]!)
+          : undefined;
+      if (!pending) break;
+      if (bytes + pending.bytes > MAX_COMMIT_BYTES && batchDeletes.length + upserts.length > 0) break;
+      bytes += pending.bytes;
+      upserts.push(pending.upsert);
+      report.chunks += pending.upsert.chunks.length;
+      report.secretsWithheld += pending.withheld;
+      pending = undefined;
     }
     const result = await call(
       options.sextant.workspaces.commit(
         options.workspaceId,
-        { protocol: SYNC_PROTOCOL, upserts, deletes },
-        { signal: options.signal },
+        { protocol: SYNC_PROTOCOL, upserts, deletes: batchDeletes },
+        { vectorKey: options.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
       ),
     );
     root = result.root;
-    done += upserts.length + deletes.length;
-    options.onProgress?.({ phase: "upload", done, total: entries.length });
+    done += upserts.length + batchDeletes.length;
+    options.onProgress?.({ phase: "upload", done, total });
   }
   return root;
 }

@@ -39,6 +39,9 @@ describe("secret filtering", () => {
       "const url = 'https://example.com/api/v1/workspaces/list';",
       "// The quick brown fox jumps over the lazy dog again and again.",
       "const MAX_RETRY_DELAY_MILLISECONDS = 30_000;",
+      "type Ai_Cf_Meta_Llama_3_3_70B_Instruct_Fp8_Fast_Input = {};",
+      "// https://developer.mozilla.org/docs/Web/API/MessageChannel/port1",
+      'const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";',
     ].join("\n");
     expect(await findSecrets("a.ts", text)).toEqual([]);
   });

@@ -60,6 +60,7 @@ async function sync(client: Client, fetchImpl: typeof fetch = fetch) {
   const report = await syncTree({
     sextant,
     workspaceId: client.workspaceId,
+    root: client.root,
     secret: client.secret,
     tree,
     state: client.state,

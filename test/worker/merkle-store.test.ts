@@ -3,7 +3,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { dirHash, EMPTY_ROOT, nameOf, parentOf, type ChildEntry } from "../../protocol/merkle.js";
-import { SYNC_PROTOCOL, type CommitRequest, type TreeNode } from "../../protocol/sync.js";
+import { SYNC_PROTOCOL, type TreeNode } from "../../protocol/sync.js";
+import type { TreeCommit } from "../../durable-objects/workspace.js";
 
 // Stand-ins for encrypted segments: the edge only checks their shape.
 const SEGMENTS = ["A", "B", "C"].map((c) => c.repeat(43));
@@ -98,7 +99,7 @@ describe("Merkle store in the Workspace Durable Object", () => {
           // The store applies a commit's deletes before its upserts; so does the model.
           for (const o of batch) if (o.kind === "delete") applyModel(model, o);
           for (const o of batch) if (o.kind === "upsert") applyModel(model, o);
-          const result = (await stub.commit({ protocol: SYNC_PROTOCOL, upserts, deletes }))!;
+          const result = (await stub.commit({ upserts, deletes }))!;
           expect(result.root).toBe(modelRoot(model));
           expect(result.files).toBe(model.size);
         }
@@ -111,10 +112,9 @@ describe("Merkle store in the Workspace Durable Object", () => {
   it("is idempotent: replaying a commit changes nothing", async () => {
     const stub = await freshWorkspace();
     const commit = {
-      protocol: SYNC_PROTOCOL,
       upserts: [{ path: `${SEGMENTS[0]}/${SEGMENTS[1]}`, hash: HASHES[0]!, size: 10 }],
       deletes: [SEGMENTS[2]!],
-    } satisfies CommitRequest;
+    } satisfies TreeCommit;
     const first = (await stub.commit(commit))!;
     const second = (await stub.commit(commit))!;
     expect(second.root).toBe(first.root);
@@ -124,7 +124,7 @@ describe("Merkle store in the Workspace Durable Object", () => {
   it("answers a diff breadth-first in whole directories within the budget", async () => {
     const stub = await freshWorkspace();
     const upserts = SEGMENTS.flatMap((a) => SEGMENTS.map((b) => ({ path: `${a}/${b}`, hash: HASHES[0]!, size: 1 })));
-    await stub.commit({ protocol: SYNC_PROTOCOL, upserts, deletes: [] });
+    await stub.commit({ upserts, deletes: [] });
     const all = (await stub.diff({ protocol: SYNC_PROTOCOL, dirs: [""], budget: 100 }))!;
     expect(all.nodes).toHaveLength(12);
     expect(all.truncated).toEqual([]);
@@ -136,7 +136,7 @@ describe("Merkle store in the Workspace Durable Object", () => {
   it("holds nothing before init and after destroy", async () => {
     const stub = workspaceStub(env, "ws_never_created");
     expect(await stub.status()).toBeNull();
-    expect(await stub.commit({ protocol: SYNC_PROTOCOL, upserts: [], deletes: [] })).toBeNull();
+    expect(await stub.commit({ upserts: [], deletes: [] })).toBeNull();
     const live = await freshWorkspace();
     await live.destroy();
     expect(await live.status()).toBeNull();

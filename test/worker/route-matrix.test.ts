@@ -1,6 +1,7 @@
 import { env } from "cloudflare:test";
 import { beforeAll, describe, it } from "vitest";
 import { generateApiKey } from "../../protocol/api-key.js";
+import { SYNC_PROTOCOL, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import { adminCall, call, createAccount, expectProblem, type Account } from "./harness.js";
 
 /**
@@ -14,6 +15,7 @@ interface Route {
   body?: unknown;
   /** Addresses one org's resource by id, so another org must get 404. */
   tenant?: true;
+  headers?: Record<string, string>;
 }
 interface Ids {
   keyId: string;
@@ -33,13 +35,20 @@ const customerRoutes: Route[] = [
   {
     method: "POST",
     path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/diff`,
-    body: { protocol: 1, dirs: [""] },
+    body: { protocol: SYNC_PROTOCOL, dirs: [""] },
     tenant: true,
   },
   {
     method: "POST",
     path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/commit`,
-    body: { protocol: 1, upserts: [] },
+    body: { protocol: SYNC_PROTOCOL, upserts: [] },
+    tenant: true,
+  },
+  {
+    method: "POST",
+    path: (ids) => `/v1/workspaces/${ids.workspaceId}/search`,
+    body: { protocol: SYNC_PROTOCOL, query: "anything" },
+    headers: { [VECTOR_KEY_HEADER]: "k".repeat(43) },
     tenant: true,
   },
   { method: "DELETE", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
@@ -79,7 +88,13 @@ beforeAll(async () => {
 
 describe.each(customerRoutes)("$method customer route %#", (route) => {
   const send = (token?: string, extra: { body?: unknown; headers?: Record<string, string> } = {}) =>
-    call(route.path(ids), { method: route.method, token, body: route.body, ...extra });
+    call(route.path(ids), {
+      method: route.method,
+      token,
+      body: route.body,
+      ...extra,
+      headers: { ...route.headers, ...extra.headers },
+    });
 
   it(`${label(route)}: 401 without a key`, async () => {
     await expectProblem(await send(), 401, "unauthenticated");

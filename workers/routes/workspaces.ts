@@ -1,6 +1,7 @@
 import { Hono, type Context } from "hono";
 import { CreateWorkspaceRequest, type WorkspaceDetail } from "../../protocol/schemas.js";
-import { CommitRequest, DiffRequest } from "../../protocol/sync.js";
+import { embedBuiltin } from "../../protocol/embedder/builtin.js";
+import { CommitRequest, DiffRequest, SearchRequest } from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
@@ -8,6 +9,7 @@ import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
+import { vectorKey } from "../vector-key.js";
 
 const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}\` in your org.`);
 
@@ -66,6 +68,26 @@ export const workspaces = new Hono<AppEnv>()
   })
   .post("/:id/tree/commit", async (c) => {
     const body = await jsonBody(c, CommitRequest);
+    const hasChunks = body.upserts.some((u) => u.chunks.length > 0);
+    const key = hasChunks ? vectorKey(c) : undefined;
     const { workspace, stub } = await ownWorkspace(c);
-    return c.json(await timed(c, workspace.id, () => stub.commit(body)));
+    // Embedded here, in the Worker, so the text and the key stop at this request.
+    const chunks = body.upserts.flatMap((u) =>
+      u.chunks.map((chunk) => ({
+        path: u.path,
+        chunkId: chunk.id,
+        startLine: chunk.startLine,
+        endLine: chunk.endLine,
+        vector: key!.apply(embedBuiltin(chunk.text)),
+      })),
+    );
+    const tree = { upserts: body.upserts.map(({ path, hash, size }) => ({ path, hash, size })), deletes: body.deletes };
+    return c.json(await timed(c, workspace.id, () => stub.commit(tree, chunks)));
+  })
+  .post("/:id/search", async (c) => {
+    const body = await jsonBody(c, SearchRequest);
+    const key = vectorKey(c);
+    const { workspace, stub } = await ownWorkspace(c);
+    const query = key.apply(embedBuiltin(body.query));
+    return c.json(await timed(c, workspace.id, () => stub.search(query, body.topK, body.pathPrefix)));
   });

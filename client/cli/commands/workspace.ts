@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import type { IndexReport } from "../../workspace/session.js";
+import { searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
 import { pendingChanges } from "../../workspace/sync.js";
@@ -35,9 +36,10 @@ export function summary(report: IndexReport): string {
       ? "no changes"
       : `+${sync.added} added, ~${sync.changed} changed, -${sync.deleted} deleted`;
   const state = sync.converged ? "in sync" : "not converged (another client is syncing; run again)";
+  const withheld = sync.secretsWithheld > 0 ? `; ${sync.secretsWithheld} secret(s) withheld` : "";
   return (
     `${report.created ? "Created workspace" : "Workspace"} ${report.workspaceId}: ${plural(report.files, "file")}, ` +
-    `${changes}; ${state}${skippedLine(report)}. ` +
+    `${changes}; ${state}${skippedLine(report)}${withheld}. ` +
     `Scan ${report.scanMs.toFixed(0)} ms (${plural(report.hashed, "file")} hashed), sync ${report.syncMs.toFixed(0)} ms ` +
     `in ${plural(sync.roundTrips, "round trip")}.`
   );
@@ -68,6 +70,34 @@ export function workspaceCommands(program: Command): void {
         process.stdout.write(summary(report) + "\n");
       } finally {
         bar.stop();
+      }
+    });
+
+  program
+    .command("search")
+    .description("Search an indexed directory in plain language; prints real paths, line ranges and snippets")
+    .argument("<query>", "what you are looking for")
+    .argument("[dir]", "the workspace root or a directory inside it", ".")
+    .option("-k, --top-k <n>", "how many results", "10")
+    .option("--within <subdir>", "only files below this workspace-relative directory")
+    .action(async (query: string, dir: string, opts: { topK: string; within?: string }, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      const topK = Number(opts.topK);
+      if (!Number.isInteger(topK) || topK < 1 || topK > 100) throw new UsageError("--top-k must be 1 to 100.");
+      const { sextant } = await client(options);
+      const ws = await openWorkspace(sextant, dir);
+      const { hits } = await searchWorkspace(sextant, ws, query, {
+        topK,
+        ...(opts.within ? { within: opts.within } : {}),
+      });
+      if (options.json) return printJson(hits);
+      if (hits.length === 0) return void process.stdout.write("No results.\n");
+      for (const hit of hits) {
+        const flag = hit.stale ? "  (changed since indexed)" : "";
+        process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
+        const lines = hit.snippet.split("\n").slice(0, 6);
+        for (const line of lines) process.stdout.write(`    ${line.slice(0, 160)}\n`);
+        process.stdout.write("\n");
       }
     });
 

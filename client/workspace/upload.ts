@@ -1,0 +1,46 @@
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { ChunkUpload, Upsert } from "../../protocol/sync.js";
+import { chunkFile } from "../index/chunker.js";
+import { findSecrets, redact } from "../index/secrets.js";
+import type { WorkspaceSecret } from "./secret.js";
+
+export interface PreparedUpload {
+  upsert: Upsert & { chunks: ChunkUpload[] };
+  /** Secrets found and removed before upload: counted, never shown. */
+  withheld: number;
+  /** Approximate size of the upsert in the request body. */
+  bytes: number;
+}
+
+/**
+ * What leaves the device for one changed file: its leaf, and its chunks with every secret already
+ * replaced and keyed ids. The file is read now; if it changed since the scan, the leaf describes what
+ * was actually read (and the sync's final root comparison catches the difference).
+ */
+export async function prepareUpload(
+  root: string,
+  secret: WorkspaceSecret,
+  entry: { path: string; hash: string; size: number; plain: string },
+): Promise<PreparedUpload> {
+  let content: Buffer;
+  try {
+    content = await readFile(join(root, entry.plain));
+  } catch {
+    // Gone since the scan: an empty leaf now, the next scan deletes it.
+    const upsert = { path: entry.path, hash: entry.hash, size: entry.size, chunks: [] };
+    return { upsert, withheld: 0, bytes: entry.path.length + 120 };
+  }
+  const hash = secret.contentHash(content);
+  const binary = content.subarray(0, 8000).includes(0);
+  const text = binary ? "" : content.toString("utf8");
+  const secrets = text ? await findSecrets(entry.plain, text) : [];
+  const chunks = (await chunkFile(entry.plain, redact(text, secrets))).map((chunk) => ({
+    id: secret.chunkId(chunk.text),
+    text: chunk.text,
+    startLine: chunk.startLine,
+    endLine: chunk.endLine,
+  }));
+  const bytes = entry.path.length + 120 + chunks.reduce((n, c) => n + c.text.length * 1.1 + 120, 0);
+  return { upsert: { path: entry.path, hash, size: content.length, chunks }, withheld: secrets.length, bytes };
+}

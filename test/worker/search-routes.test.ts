@@ -1,0 +1,150 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { workspaceStub } from "../../durable-objects/workspace-client.js";
+import { SearchResponse, SYNC_PROTOCOL, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
+import { call, createAccount, expectJson, expectProblem, type Account } from "./harness.js";
+
+const seg = (c: string) => c.repeat(43);
+const hex = (c: string) => c.repeat(64);
+const keyOf = () =>
+  btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
+
+const FILES = {
+  [`${seg("s")}/${seg("a")}`]:
+    "export function revokeApiKey(keyId: string) { markRevoked(keyId); evictFromCache(keyId); }",
+  [`${seg("s")}/${seg("b")}`]:
+    "export function renderMarkdownTable(rows: string[][]) { return rows.map(formatRow).join(newline); }",
+  [seg("c")]: "def compute_merkle_root(children):\n    return sha256(join(sorted(children)))",
+};
+
+async function indexed(account: Account, vectorKey: string) {
+  const id = (
+    (await (await call("/v1/workspaces", { token: account.key.key, body: { name: seg("w") } })).json()) as {
+      id: string;
+    }
+  ).id;
+  const upserts = Object.entries(FILES).map(([path, text], i) => ({
+    path,
+    hash: hex(String(i + 1)),
+    size: text.length,
+    chunks: [{ id: hex(String.fromCharCode(97 + i)), text, startLine: 1, endLine: text.split("\n").length }],
+  }));
+  const response = await call(`/v1/workspaces/${id}/tree/commit`, {
+    token: account.key.key,
+    body: { protocol: SYNC_PROTOCOL, upserts },
+    headers: { [VECTOR_KEY_HEADER]: vectorKey },
+  });
+  expect(response.status, await response.clone().text()).toBe(200);
+  return id;
+}
+
+const search = (account: Account, id: string, vectorKey: string, body: Record<string, unknown>) =>
+  call(`/v1/workspaces/${id}/search`, {
+    token: account.key.key,
+    body: { protocol: SYNC_PROTOCOL, ...body },
+    headers: { [VECTOR_KEY_HEADER]: vectorKey },
+  });
+
+describe("indexing and search", () => {
+  it("finds the chunk that answers a question, with its encrypted path and lines", async () => {
+    const account = await createAccount();
+    const key = keyOf();
+    const id = await indexed(account, key);
+    const answer = await expectJson(
+      await search(account, id, key, { query: "revoke an api key", topK: 2 }),
+      200,
+      SearchResponse,
+    );
+    expect(answer.results[0]).toMatchObject({ path: `${seg("s")}/${seg("a")}`, startLine: 1, chunkId: hex("a") });
+    expect(answer.results).toHaveLength(2);
+  });
+
+  it("is useless without the key: another key's query matches nothing in particular", async () => {
+    const account = await createAccount();
+    const key = keyOf();
+    const id = await indexed(account, key);
+    const right = await expectJson(
+      await search(account, id, key, { query: "revoke api key cache" }),
+      200,
+      SearchResponse,
+    );
+    const wrong = await expectJson(
+      await search(account, id, keyOf(), { query: "revoke api key cache" }),
+      200,
+      SearchResponse,
+    );
+    expect(right.results[0]!.score).toBeGreaterThan(0.3);
+    expect(Math.abs(wrong.results[0]!.score)).toBeLessThan(right.results[0]!.score / 2);
+  });
+
+  it("searches only below a directory when asked, and forgets deleted files", async () => {
+    const account = await createAccount();
+    const key = keyOf();
+    const id = await indexed(account, key);
+    const within = await expectJson(
+      await search(account, id, key, { query: "merkle root", pathPrefix: seg("s") }),
+      200,
+      SearchResponse,
+    );
+    expect(within.results.every((r) => r.path.startsWith(`${seg("s")}/`))).toBe(true);
+    await call(`/v1/workspaces/${id}/tree/commit`, {
+      token: account.key.key,
+      body: { protocol: SYNC_PROTOCOL, deletes: [seg("s")] },
+    });
+    const after = await expectJson(await search(account, id, key, { query: "revoke an api key" }), 200, SearchResponse);
+    expect(after.results.map((r) => r.path)).toEqual([seg("c")]);
+  });
+
+  it("never stores chunk text, in the object's SQLite or in R2", async () => {
+    const account = await createAccount();
+    const id = await indexed(account, keyOf());
+    const stub = workspaceStub(env, id);
+    const dump = await runInDurableObject(stub, (_i, state) => {
+      const tables = state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
+      return JSON.stringify(tables.map((t) => state.storage.sql.exec(`SELECT * FROM "${String(t.name)}"`).toArray()));
+    });
+    const objects = await env.INDEX.list();
+    let r2 = "";
+    for (const o of objects.objects)
+      r2 += new TextDecoder("latin1").decode(await (await env.INDEX.get(o.key))!.arrayBuffer());
+    for (const word of ["revokeApiKey", "markRevoked", "compute_merkle_root", "renderMarkdownTable"]) {
+      expect(dump).not.toContain(word);
+      expect(r2).not.toContain(word);
+    }
+    expect(dump).toContain(hex("a"));
+  });
+
+  it("refuses chunks or a search without a well-formed vector key", async () => {
+    const account = await createAccount();
+    const id = (
+      (await (await call("/v1/workspaces", { token: account.key.key, body: { name: seg("w") } })).json()) as {
+        id: string;
+      }
+    ).id;
+    const upserts = [
+      { path: seg("x"), hash: hex("1"), size: 1, chunks: [{ id: hex("2"), text: "x", startLine: 1, endLine: 1 }] },
+    ];
+    await expectProblem(
+      await call(`/v1/workspaces/${id}/tree/commit`, {
+        token: account.key.key,
+        body: { protocol: SYNC_PROTOCOL, upserts },
+      }),
+      400,
+      "invalid_request",
+    );
+    await expectProblem(
+      await call(`/v1/workspaces/${id}/search`, {
+        token: account.key.key,
+        body: { protocol: SYNC_PROTOCOL, query: "x" },
+      }),
+      400,
+      "invalid_request",
+    );
+    await expectProblem(await search(account, id, "short", { query: "x" }), 400, "invalid_request");
+    await expectProblem(await search(account, id, keyOf(), { query: "" }), 400, "invalid_request");
+    await expectProblem(await search(account, id, keyOf(), { query: "x", topK: 1000 }), 400, "invalid_request");
+  });
+});
