@@ -7,17 +7,16 @@
  *   npx tsx bench/sync-cost.ts              # 100,000 files
  *   BENCH_FILES=10000 npx tsx bench/sync-cost.ts
  */
-import { appendFileSync, mkdtempSync } from "node:fs";
+import { appendFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { LocalEdge as LocalEdgeFile, localEdgePath, readJsonFile } from "../client/cli/credentials.js";
 import { Sextant } from "../client/sdk/client.js";
-import { WorkspaceSecret } from "../client/workspace/secret.js";
-import { scanLocal, type OpenWorkspace } from "../client/workspace/session.js";
+import { scanLocal } from "../client/workspace/session.js";
 import { emptyState, type WorkspaceState } from "../client/workspace/state.js";
 import { syncTree, type SyncReport } from "../client/workspace/sync.js";
 import { startLocalEdge } from "../test/support/local-edge.js";
+import { edgeWorkspace } from "./edge-workspace.js";
 import { fmt } from "./stats.js";
 import { generateTree } from "./tree-fixture.js";
 
@@ -57,18 +56,9 @@ export async function runSyncCost(count: number, ks: number[]): Promise<{ baseli
   const { root, files } = generateTree(join(tmpdir(), `sextant-bench-sync-${count}`), count);
   const edge = await startLocalEdge();
   try {
-    process.env.SEXTANT_CONFIG_DIR = edge.configDir;
-    process.env.SEXTANT_CACHE_DIR = mkdtempSync(join(tmpdir(), "sextant-bench-cache-"));
-    const apiKey = (await readJsonFile(localEdgePath(), LocalEdgeFile))!.apiKey;
-    const secret = WorkspaceSecret.generate();
-    const plain = new Sextant({ apiKey, baseURL: edge.baseURL });
-    const workspace = await plain.workspaces.create({ name: secret.encryptSegment("bench") });
-    const ws: OpenWorkspace = {
-      entry: { root, baseURL: edge.baseURL, workspaceId: workspace.id, secret: secret.toString() },
-      secret,
-      created: true,
-      stateKey: { root, workspaceId: workspace.id, fingerprint: secret.fingerprint },
-    };
+    const { apiKey, ws } = await edgeWorkspace(edge, root);
+    const { secret } = ws;
+    const workspace = { id: ws.entry.workspaceId };
     const state = emptyState();
 
     const measure = async (label: string, changed: number, target: WorkspaceState): Promise<SyncCost> => {

@@ -6,16 +6,14 @@
  *   npx tsx bench/watch-latency.ts            # 10,000-file workspace, 30 saves
  *   BENCH_FILES=100000 BENCH_SAVES=20 npx tsx bench/watch-latency.ts
  */
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { LocalEdge as LocalEdgeFile, localEdgePath, readJsonFile } from "../client/cli/credentials.js";
-import { Sextant } from "../client/sdk/client.js";
-import { WorkspaceSecret } from "../client/workspace/secret.js";
-import { indexWorkspace, type IndexReport, type OpenWorkspace } from "../client/workspace/session.js";
+import { indexWorkspace, type IndexReport } from "../client/workspace/session.js";
 import { watchWorkspace } from "../client/workspace/watch.js";
 import { startLocalEdge } from "../test/support/local-edge.js";
+import { edgeWorkspace } from "./edge-workspace.js";
 import { fmt, quantile } from "./stats.js";
 import { generateTree } from "./tree-fixture.js";
 
@@ -32,18 +30,8 @@ export async function runWatchLatency(count: number, saves: number): Promise<Wat
   const edge = await startLocalEdge();
   const controller = new AbortController();
   try {
-    process.env.SEXTANT_CONFIG_DIR = edge.configDir;
-    process.env.SEXTANT_CACHE_DIR = mkdtempSync(join(tmpdir(), "sextant-bench-cache-"));
-    const apiKey = (await readJsonFile(localEdgePath(), LocalEdgeFile))!.apiKey;
-    const sextant = new Sextant({ apiKey, baseURL: edge.baseURL, timeout: 600_000 });
-    const secret = WorkspaceSecret.generate();
-    const workspace = await sextant.workspaces.create({ name: secret.encryptSegment("watch") });
-    const ws: OpenWorkspace = {
-      entry: { root, baseURL: edge.baseURL, workspaceId: workspace.id, secret: secret.toString() },
-      secret,
-      created: true,
-      stateKey: { root, workspaceId: workspace.id, fingerprint: secret.fingerprint },
-    };
+    const { sextant, ws } = await edgeWorkspace(edge, root);
+    const workspace = { id: ws.entry.workspaceId };
     await indexWorkspace(sextant, ws);
 
     // A holder, not a variable: the callback sets it behind the type checker's back.
