@@ -1,4 +1,5 @@
 import { lintSource } from "@secretlint/core";
+import { secretLintProfiler } from "@secretlint/profiler";
 import { creator as recommended } from "@secretlint/secretlint-rule-preset-recommend";
 
 export interface Redaction {
@@ -69,8 +70,20 @@ export async function findSecrets(path: string, text: string): Promise<Redaction
       noPhysicFilePath: true,
     },
   });
+  await forgetProfile();
   const found = result.messages.map((m) => ({ start: m.range[0], end: m.range[1], rule: m.ruleId }));
   return merge([...found, ...highEntropy(text)]);
+}
+
+/**
+ * secretlint records a performance mark for every rule on every file in a process-wide profiler and
+ * searches that list on each new mark: over a whole workspace that is quadratic time and unbounded
+ * memory. Nothing here reads the profile, so its lists are emptied after every file (the marks
+ * themselves are keyed by rule name, so they do not accumulate).
+ */
+async function forgetProfile(): Promise<void> {
+  (await secretLintProfiler.getEntries()).length = 0;
+  (await secretLintProfiler.getMeasures()).length = 0;
 }
 
 function merge(ranges: Redaction[]): Redaction[] {
