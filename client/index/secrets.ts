@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { lintSource } from "@secretlint/core";
 import { secretLintProfiler } from "@secretlint/profiler";
 import { creator as recommended } from "@secretlint/secretlint-rule-preset-recommend";
@@ -78,12 +79,16 @@ export async function findSecrets(path: string, text: string): Promise<Redaction
 /**
  * secretlint records a performance mark for every rule on every file in a process-wide profiler and
  * searches that list on each new mark: over a whole workspace that is quadratic time and unbounded
- * memory. Nothing here reads the profile, so its lists are emptied after every file (the marks
- * themselves are keyed by rule name, so they do not accumulate).
+ * memory (Node's performance timeline keeps every mark too). Nothing here reads the profile, so it
+ * is emptied after every file.
  */
 async function forgetProfile(): Promise<void> {
+  // Let the profiler's observer see this file's marks and finish its measures before clearing them.
+  await new Promise((resolve) => setImmediate(resolve));
   (await secretLintProfiler.getEntries()).length = 0;
   (await secretLintProfiler.getMeasures()).length = 0;
+  performance.clearMarks();
+  performance.clearMeasures();
 }
 
 function merge(ranges: Redaction[]): Redaction[] {
