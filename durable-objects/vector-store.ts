@@ -37,7 +37,7 @@ const MAGIC = 0x53585631; // "SXV1"
  * Each `add` writes one immutable, content-addressed segment (int8 vectors with a scale each, so
  * 100,000 chunks of 512 dimensions take about 50 MB of memory), then records its rows; a crash
  * between the two leaves only an unreferenced object, never a row without its vector. Deleting a
- * file drops its rows; the segment stays until compaction rewrites what is still live.
+ * file drops its rows; its segment stays in R2 (there is no compaction yet to rewrite what is live).
  */
 export class VectorStore {
   #cache: { rows: Row[]; vectors: Int8Array; scales: Float32Array } | undefined;

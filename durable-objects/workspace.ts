@@ -42,7 +42,7 @@ const VectorChunks = z
   .max(100_000);
 
 /** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
-export class InvalidRpcInput extends TypeError {}
+class InvalidRpcInput extends TypeError {}
 
 function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
   const parsed = schema.safeParse(input);
