@@ -1,0 +1,49 @@
+/**
+ * Where a workspace's vectors live and how they are searched. The Workspace object's SQLite
+ * catalogue (encrypted path, line range, keyed chunk id, and an entry id per chunk) is the source of
+ * truth for what is live; a backend stores one entry per id and answers nearest-neighbour queries
+ * over them. An id the catalogue no longer holds may still come back from a backend that deletes
+ * lazily: the object drops such hits, so search never serves a deleted or replaced chunk.
+ */
+
+/** Keyed lexical terms of one chunk: 32-bit keyed term ids and how often each occurs. */
+export interface KeyedTerms {
+  ids: Uint32Array;
+  counts: Uint16Array;
+}
+
+export interface BackendEntry {
+  /** Stable within the workspace: 32 lower-case hex characters. */
+  id: string;
+  /** The file's encrypted path, for path-prefix filters. */
+  path: string;
+  /** A short language code (`typescript`, `python`, `text`, ...), for language filters. */
+  language: string;
+  /** Already transformed with the client's vector key; length is the workspace's dimensions. */
+  vector: Float32Array;
+  terms: KeyedTerms;
+}
+
+export interface BackendFilter {
+  /** An encrypted directory: only entries whose path lies below it. */
+  pathPrefix?: string;
+  language?: string;
+}
+
+export interface BackendHit {
+  id: string;
+  score: number;
+}
+
+export interface IndexBackend {
+  /** Stores the entries durably. Called before the catalogue records them. */
+  write(entries: readonly BackendEntry[]): Promise<void>;
+  /** Forgets entries the catalogue no longer holds. May be called again with ids already gone. */
+  remove(ids: readonly string[]): Promise<void>;
+  /** The best `k` entries by inner product with `vector` (already keyed), highest first. */
+  queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]>;
+  /** The best `k` entries by BM25 over keyed term ids, highest first. */
+  queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]>;
+  /** Deletes everything this backend holds for the workspace. */
+  destroy(): Promise<void>;
+}
