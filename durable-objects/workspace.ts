@@ -1,19 +1,21 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
-import { BUILTIN_DIMS } from "../protocol/embedder/builtin.js";
 import { parentOf } from "../protocol/merkle.js";
 import {
   DiffRequest,
   EncryptedPath,
   Hash,
+  Language,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
   type SearchResponse,
   type TreeStatus,
 } from "../protocol/sync.js";
+import { Catalogue } from "./catalogue.js";
+import { fuse } from "./fusion.js";
 import { MerkleStore } from "./merkle-store.js";
-import { VectorStore, type IndexedChunk } from "./vector-store.js";
+import { R2Backend, deletePrefix } from "./r2-backend.js";
 
 const WorkspaceMeta = z.object({
   workspaceId: z.string().min(1),
@@ -29,6 +31,18 @@ const TreeCommit = z.object({
 });
 export type TreeCommit = z.infer<typeof TreeCommit>;
 
+/** Vector dimensions an index accepts: a power of two (the keyed rotation needs one). */
+const Vector = z
+  .custom<Float32Array>((v) => v instanceof Float32Array, "must be a Float32Array")
+  .refine(
+    (v) => v.length >= 8 && v.length <= 4096 && (v.length & (v.length - 1)) === 0,
+    "dimensions must be a power of two",
+  );
+const KeyedTerms = z.object({
+  ids: z.custom<Uint32Array>((v) => v instanceof Uint32Array),
+  counts: z.custom<Uint16Array>((v) => v instanceof Uint16Array),
+});
+
 const VectorChunks = z
   .array(
     z.object({
@@ -36,10 +50,39 @@ const VectorChunks = z
       chunkId: Hash,
       startLine: z.number().int().positive(),
       endLine: z.number().int().positive(),
-      vector: z.instanceof(Float32Array).refine((v) => v.length === BUILTIN_DIMS, "wrong dimensions"),
+      language: Language,
+      vector: Vector,
+      terms: KeyedTerms,
     }),
   )
   .max(100_000);
+export type IndexedChunk = z.input<typeof VectorChunks>[number];
+
+const SearchInput = z.object({
+  vector: Vector,
+  terms: z.array(z.number().int().nonnegative()).max(512),
+  topK: z.number().int().min(1).max(100),
+  pathPrefix: EncryptedPath.optional(),
+  language: Language.optional(),
+});
+export type SearchInput = z.input<typeof SearchInput>;
+
+/** A commit or search whose vectors do not match the dimensions the workspace was indexed with. */
+export interface DimensionMismatch {
+  mismatch: { expected: number; got: number };
+}
+
+/** Candidates each channel contributes to fusion, per result asked for. */
+const CANDIDATES_PER_RESULT = 4;
+/**
+ * The lexical channel's weight in fusion, against 1 for the vector channel: its keyed terms are
+ * exact where the built-in embedder's hashed features collide. Chosen on the eval's codebases
+ * (npm run eval); lodash and date-fns are held out of that choice.
+ */
+const LEXICAL_WEIGHT = 2;
+/** Compaction waits for a burst of commits to settle. */
+const COMPACTION_DELAY_MS = 30_000;
+const MIN_CANDIDATES = 50;
 
 /** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
 class InvalidRpcInput extends TypeError {}
@@ -57,7 +100,8 @@ function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.
 export class Workspace extends DurableObject<Env> {
   /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
   #tree: MerkleStore | null = null;
-  #vectors: VectorStore | null = null;
+  #catalogue: Catalogue | null = null;
+  #backend: R2Backend | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -76,15 +120,31 @@ export class Workspace extends DurableObject<Env> {
          workspace_id TEXT NOT NULL,
          org_id TEXT NOT NULL,
          created_at TEXT NOT NULL,
-         last_sync_at TEXT
+         last_sync_at TEXT,
+         dims INTEGER
        )`,
     );
-    this.#tree = new MerkleStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn));
-    this.#vectors = new VectorStore(
+    const sql = this.ctx.storage.sql;
+    const columns = sql.exec<{ name: string }>("PRAGMA table_info(meta)").toArray();
+    if (!columns.some((c) => c.name === "dims")) sql.exec("ALTER TABLE meta ADD COLUMN dims INTEGER");
+    // Index format 1 kept one table of chunks with their segments; its files are indexed again.
+    if (sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chunks'").toArray().length) {
+      sql.exec("DROP TABLE chunks");
+      sql.exec("DROP TABLE IF EXISTS nodes");
+    }
+    this.#tree = new MerkleStore(sql, (fn) => this.ctx.storage.transactionSync(fn));
+    this.#catalogue = new Catalogue(sql);
+    const dims = sql.exec("SELECT dims FROM meta WHERE id = 1").toArray()[0]?.dims;
+    this.#backend = typeof dims === "number" ? this.#openBackend(dims) : null;
+  }
+
+  #openBackend(dims: number): R2Backend {
+    return new R2Backend(
       this.ctx.storage.sql,
+      (fn) => this.ctx.storage.transactionSync(fn),
       this.env.INDEX,
       `workspaces/${this.ctx.id.toString()}`,
-      BUILTIN_DIMS,
+      dims,
     );
   }
 
@@ -122,54 +182,133 @@ export class Workspace extends DurableObject<Env> {
   }
 
   /**
-   * Applies a batch of files and deletions. The vectors go to R2 first (immutable segments); then
-   * one transaction records them and commits the leaves, so the tree never claims a file whose
-   * vectors are not stored. Replaying a commit changes nothing.
+   * Applies a batch of files and deletions. The chunks go to the index backend first (for the
+   * embedded backend, an immutable segment on R2); then one transaction records them in the
+   * catalogue, drops what they replace and commits the leaves, so the tree never claims a file
+   * whose vectors are not stored. Replaying a commit changes nothing that search can see.
    */
-  async commit(input: TreeCommit, chunks: IndexedChunk[] = []): Promise<CommitResponse | null> {
+  async commit(input: TreeCommit, chunks: IndexedChunk[] = []): Promise<CommitResponse | DimensionMismatch | null> {
     const request = parse(TreeCommit, input, "commit");
     const vectors = parse(VectorChunks, chunks, "vectors");
-    if (!this.#tree || !this.#vectors) return null;
+    if (!this.#tree || !this.#catalogue) return null;
     const tree = this.#tree;
-    const store = this.#vectors;
-    const written = vectors.length > 0 ? await store.write(vectors) : undefined;
-    const { root, files, bytes } = this.ctx.storage.transactionSync(() => {
-      store.removePaths(request.deletes);
-      // A file that a new file's directory replaces, and files with no chunks left.
+    const catalogue = this.#catalogue;
+    let backend = this.#backend;
+    if (vectors.length > 0) {
+      const dims = vectors[0]!.vector.length;
+      const odd = vectors.find((v) => v.vector.length !== (backend?.dims ?? dims));
+      if (odd) return { mismatch: { expected: backend?.dims ?? dims, got: odd.vector.length } };
+      if (!backend) {
+        this.ctx.storage.sql.exec("UPDATE meta SET dims = ? WHERE id = 1", dims);
+        backend = this.#backend = this.#openBackend(dims);
+      }
+    }
+    const first = vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
+    const rows = vectors.map((v, i) => ({ ...v, id: first + i }));
+    if (backend && rows.length > 0) {
+      await backend.write(
+        rows.map((r) => ({ id: String(r.id), path: r.path, language: r.language, vector: r.vector, terms: r.terms })),
+      );
+    }
+    const { totals, dropped } = this.ctx.storage.transactionSync(() => {
+      const dropped = catalogue.removePaths(request.deletes);
+      // A file that a new file's directory replaces, and the earlier chunks of every file upserted.
       const ancestors = new Set<string>();
       for (const { path } of request.upserts) for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
-      store.removeExact([...ancestors]);
-      store.removePaths(request.upserts.map((u) => u.path));
-      if (written) store.record(written);
-      return tree.apply(request.upserts, request.deletes);
+      dropped.push(...catalogue.removeExact([...ancestors]));
+      dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
+      catalogue.insert(rows);
+      return { totals: tree.apply(request.upserts, request.deletes), dropped };
     });
+    if (backend && dropped.length > 0) await backend.remove(dropped.map(String));
+    if (backend?.needsCompaction()) await this.#scheduleCompaction();
     const now = new Date().toISOString();
     this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
     return {
       protocol: SYNC_PROTOCOL,
-      root,
-      files,
-      bytes,
+      root: totals.root,
+      files: totals.files,
+      bytes: totals.bytes,
       lastSyncAt: now,
       applied: request.upserts.length + request.deletes.length,
     };
   }
 
-  /** The best chunks for a query vector (keyed by the client, like the stored ones). */
-  async search(query: Float32Array, topK: number, pathPrefix?: string): Promise<SearchResponse | null> {
-    parse(z.instanceof(Float32Array), query, "query");
-    if (!this.#tree || !this.#vectors) return null;
-    const results = await this.#vectors.search(query, Math.min(Math.max(1, topK), 100), pathPrefix);
-    return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, results };
+  /**
+   * Hybrid search: the vector channel and the keyed-term BM25 channel each return candidates,
+   * fused by reciprocal rank; hits the catalogue no longer holds are dropped. The score returned
+   * is the fused score.
+   */
+  async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | null> {
+    const query = parse(SearchInput, input, "search");
+    if (!this.#tree || !this.#catalogue) return null;
+    const root = this.#tree.totals().root;
+    const backend = this.#backend;
+    if (!backend) return { protocol: SYNC_PROTOCOL, root, results: [] };
+    if (query.vector.length !== backend.dims) return { mismatch: { expected: backend.dims, got: query.vector.length } };
+    const filter = {
+      ...(query.pathPrefix ? { pathPrefix: query.pathPrefix } : {}),
+      ...(query.language ? { language: query.language } : {}),
+    };
+    const n = Math.max(MIN_CANDIDATES, query.topK * CANDIDATES_PER_RESULT);
+    const [byVector, byTerms] = await Promise.all([
+      backend.queryVector(query.vector, n, filter),
+      query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
+    ]);
+    const fused = fuse([
+      { ids: byVector.map((h) => h.id), weight: 1 },
+      { ids: byTerms.map((h) => h.id), weight: LEXICAL_WEIGHT },
+    ]);
+    const vectorScores = new Map(byVector.map((h) => [h.id, h.score]));
+    const termScores = new Map(byTerms.map((h) => [h.id, h.score]));
+    const live = this.#catalogue.lookup(fused.slice(0, query.topK * 2).map((h) => Number(h.id)));
+    const results = fused
+      .filter((h) => live.has(Number(h.id)))
+      .slice(0, query.topK)
+      .map((h) => {
+        const row = live.get(Number(h.id))!;
+        const channels = { vector: vectorScores.get(h.id) ?? null, lexical: termScores.get(h.id) ?? null };
+        return {
+          path: row.path,
+          startLine: row.startLine,
+          endLine: row.endLine,
+          chunkId: row.chunkId,
+          score: h.score,
+          channels,
+        };
+      });
+    return { protocol: SYNC_PROTOCOL, root, results };
+  }
+
+  /** Compacts the index's segments; runs from the alarm a commit sets when there is work. */
+  async compact() {
+    if (!this.#backend) return null;
+    return this.#backend.compact();
+  }
+
+  /** Index and memory figures, for operators and benchmarks. */
+  async indexStats() {
+    if (!this.#tree || !this.#catalogue) return null;
+    return { chunks: this.#catalogue.count(), backend: this.#backend?.stats() ?? null };
+  }
+
+  override async alarm(): Promise<void> {
+    await this.#backend?.compact();
+  }
+
+  async #scheduleCompaction(): Promise<void> {
+    if ((await this.ctx.storage.getAlarm()) === null) await this.ctx.storage.setAlarm(Date.now() + COMPACTION_DELAY_MS);
   }
 
   /** Wipes every byte this object holds; later capabilities keep all their state here too. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
-    await this.#vectors?.destroy();
+    // Every object under the workspace's prefix, whichever embedder or index format wrote it.
+    await deletePrefix(this.env.INDEX, `workspaces/${this.ctx.id.toString()}`);
     await this.ctx.storage.deleteAll();
     this.#tree = null;
-    this.#vectors = null;
+    this.#catalogue = null;
+    this.#backend = null;
   }
 
   #meta(): WorkspaceMeta | null {

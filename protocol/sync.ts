@@ -22,6 +22,11 @@ export const MAX_COMMIT_ENTRIES = 2000;
 export const MAX_DIFF_NODES = 5000;
 export const MAX_DIFF_DIRS = 500;
 
+/** Languages a chunk can be tagged with (by file extension on the device); a search can filter by one. */
+export const LANGUAGE_CODES = ["text", "typescript", "tsx", "javascript", "python", "go", "rust", "java"] as const;
+export const Language = z.enum(LANGUAGE_CODES);
+export type Language = z.infer<typeof Language>;
+
 export const Hash = z.string().regex(/^[0-9a-f]{64}$/, "must be 64 lower-case hex characters");
 
 export const EncryptedPath = z
@@ -81,6 +86,8 @@ export const Upsert = z.strictObject({
   path: EncryptedPath,
   hash: Hash,
   size: z.number().int().nonnegative(),
+  /** The file's language, for search filters; "text" when it has no grammar. */
+  language: Language.default("text"),
   chunks: z.array(ChunkUpload).max(2000).default([]),
 });
 export type Upsert = z.input<typeof Upsert>;
@@ -91,6 +98,7 @@ export const SearchRequest = z.strictObject({
   topK: z.number().int().min(1).max(100).default(10),
   /** An encrypted directory: only files below it are searched. */
   pathPrefix: EncryptedPath.optional(),
+  language: Language.optional(),
 });
 export type SearchRequest = z.input<typeof SearchRequest>;
 
@@ -99,7 +107,10 @@ export const SearchHit = z.object({
   startLine: z.number().int(),
   endLine: z.number().int(),
   chunkId: Hash,
+  /** The fused score (reciprocal rank fusion of the two channels). */
   score: z.number(),
+  /** Each channel's own score, or null when that channel did not return the chunk. */
+  channels: z.object({ vector: z.number().nullable(), lexical: z.number().nullable() }),
 });
 export type SearchHit = z.infer<typeof SearchHit>;
 

@@ -14,9 +14,36 @@ const ConfigSchema = z.object({
 
 export type Config = z.infer<typeof ConfigSchema>;
 
+/** An unset var and an empty one mean the same: `wrangler.toml` and `.dev.vars` cannot unset. */
+const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
+
+/**
+ * The embedder's settings, validated apart from the rest: a mistake here fails only the requests
+ * that embed (commit with chunks, search), so keys, workspace listing and deletion keep working
+ * while the operator fixes it. `EMBEDDING_API_KEY` is a secret (`wrangler secret put`, `.dev.vars`).
+ */
+const EmbedderConfigSchema = z
+  .object({
+    EMBEDDER: z.enum(["builtin", "openai"]).default("builtin"),
+    EMBEDDING_BASE_URL: z.url({ protocol: /^https?$/ }).default("https://api.openai.com/v1"),
+    EMBEDDING_MODEL: optional(z.string().trim().min(1)),
+    EMBEDDING_DIMENSIONS: optional(z.coerce.number().int().min(1).max(4096)),
+    EMBEDDING_BATCH: z.coerce.number().int().min(1).max(2048).default(256),
+    EMBEDDING_API_KEY: optional(z.string().min(1)),
+  })
+  .superRefine((config, ctx) => {
+    if (config.EMBEDDER !== "openai") return;
+    for (const name of ["EMBEDDING_MODEL", "EMBEDDING_API_KEY"] as const) {
+      if (!config[name]) ctx.addIssue({ code: "custom", path: [name], message: "required when EMBEDDER is openai" });
+    }
+  });
+
+export type EmbedderConfig = z.infer<typeof EmbedderConfigSchema>;
+
 export class ConfigError extends Error {}
 
 const parsed = new WeakMap<object, Config>();
+const parsedEmbedder = new WeakMap<object, EmbedderConfig>();
 
 export function loadConfig(env: Env): Config {
   const cached = parsed.get(env);
@@ -27,5 +54,18 @@ export function loadConfig(env: Env): Config {
     throw new ConfigError(`Invalid environment: ${issues.join("; ")}`);
   }
   parsed.set(env, result.data);
+  return result.data;
+}
+
+/** The embedder's settings, once per isolate; the error names each bad setting, never its value. */
+export function loadEmbedderConfig(env: Env): EmbedderConfig {
+  const cached = parsedEmbedder.get(env);
+  if (cached) return cached;
+  const result = EmbedderConfigSchema.safeParse(env);
+  if (!result.success) {
+    const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`Invalid embedder settings: ${issues.join("; ")}`);
+  }
+  parsedEmbedder.set(env, result.data);
   return result.data;
 }

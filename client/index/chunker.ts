@@ -59,8 +59,10 @@ interface Span {
  */
 export async function chunkFile(path: string, text: string, options: ChunkOptions = {}): Promise<Chunk[]> {
   const opts = { ...DEFAULTS, ...options };
-  const lines = text.split("\n");
   if (text.length === 0) return [];
+  // A final newline ends the last line; it does not start another one.
+  const lines = text.split("\n");
+  if (lines.length > 1 && text.endsWith("\n")) lines.pop();
   const language = languageOf(path);
   if (!language) return lineWindows(lines, opts);
   const parser = await parserFor(language);

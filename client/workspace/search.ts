@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { SYNC_PROTOCOL } from "../../protocol/sync.js";
+import { SYNC_PROTOCOL, type Language } from "../../protocol/sync.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { Sextant } from "../sdk/client.js";
 import type { OpenWorkspace } from "./session.js";
@@ -21,6 +21,8 @@ export interface SearchOptions {
   topK?: number;
   /** A workspace-relative directory to search within. */
   within?: string;
+  /** Only chunks of files in this language. */
+  language?: Language;
   signal?: AbortSignal;
 }
 
@@ -42,6 +44,7 @@ export async function searchWorkspace(
       query,
       topK: options.topK ?? 10,
       ...(within ? { pathPrefix: ws.secret.encryptPath(within) } : {}),
+      ...(options.language ? { language: options.language } : {}),
     },
     { vectorKey: ws.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
   );

@@ -1,7 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { ChunkUpload, Upsert } from "../../protocol/sync.js";
+import { Language, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
 import { chunkFile } from "../index/chunker.js";
+import { languageOf } from "../index/languages.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { WorkspaceSecret } from "./secret.js";
 
@@ -42,5 +43,10 @@ export async function prepareUpload(
     endLine: chunk.endLine,
   }));
   const bytes = entry.path.length + 120 + chunks.reduce((n, c) => n + c.text.length * 1.1 + 120, 0);
-  return { upsert: { path: entry.path, hash, size: content.length, chunks }, withheld: secrets.length, bytes };
+  const language: Language = Language.safeParse(languageOf(entry.plain)).data ?? "text";
+  return {
+    upsert: { path: entry.path, hash, size: content.length, language, chunks },
+    withheld: secrets.length,
+    bytes,
+  };
 }

@@ -23,6 +23,7 @@ function expectCovers(text: string, chunks: Chunk[], exact: boolean) {
     return;
   }
   const lines = text.split("\n");
+  if (lines.length > 1 && text.endsWith("\n")) lines.pop();
   const covered = new Array<number>(lines.length).fill(0);
   for (const chunk of chunks) {
     expect(chunk.id).toBe(createHash("sha256").update(chunk.text).digest("hex"));
@@ -53,6 +54,11 @@ describe("chunker", () => {
     const chunks = await chunkFile(path, text);
     expect(chunks.length).toBeGreaterThan(0);
     expectCovers(text, chunks, !path.endsWith(".md"));
+  });
+
+  it("does not count the end of a final newline as another line", async () => {
+    const chunks = await chunkFile("notes.txt", "one\ntwo\nthree\n");
+    expect(chunks.map((c) => [c.startLine, c.endLine, c.text])).toEqual([[1, 3, "one\ntwo\nthree"]]);
   });
 
   it("keeps a definition whole with the comment above it", async () => {

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
@@ -6,6 +7,17 @@ import { reportWatch, runWatchLatency } from "../../bench/watch-latency.js";
 
 /** A short run of each benchmark, so that CI notices when one breaks; the figures come from full runs. */
 describe("benchmarks (smoke)", () => {
+  it("search-scale fills a Workspace object and reports latency, memory and segments", () => {
+    const run = spawnSync("npx", ["vitest", "run", "--config", "vitest.scale.config.ts"], {
+      cwd: new URL("../../", import.meta.url).pathname,
+      env: { ...process.env, SCALE_POINTS: "3000", SCALE_QUERIES: "20" },
+      encoding: "utf8",
+      timeout: 170_000,
+    });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/3,000 chunks \| p50 [\d.]+ ms \| p99 [\d.]+ ms .*index memory [\d.]+ MiB/);
+  }, 180_000);
+
   it("auth-cache measures every case and reports the ratio", async () => {
     const results = await runAuthCacheBench(20);
     expect(Object.keys(results)).toHaveLength(3);

@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { dirHash, EMPTY_ROOT, nameOf, parentOf, type ChildEntry } from "../../protocol/merkle.js";
-import { SYNC_PROTOCOL, type TreeNode } from "../../protocol/sync.js";
+import { SYNC_PROTOCOL, type CommitResponse, type TreeNode } from "../../protocol/sync.js";
 import type { TreeCommit } from "../../durable-objects/workspace.js";
 
 // Stand-ins for encrypted segments: the edge only checks their shape.
@@ -99,7 +99,7 @@ describe("Merkle store in the Workspace Durable Object", () => {
           // The store applies a commit's deletes before its upserts; so does the model.
           for (const o of batch) if (o.kind === "delete") applyModel(model, o);
           for (const o of batch) if (o.kind === "upsert") applyModel(model, o);
-          const result = (await stub.commit({ upserts, deletes }))!;
+          const result = (await stub.commit({ upserts, deletes })) as CommitResponse;
           expect(result.root).toBe(modelRoot(model));
           expect(result.files).toBe(model.size);
         }
@@ -115,8 +115,8 @@ describe("Merkle store in the Workspace Durable Object", () => {
       upserts: [{ path: `${SEGMENTS[0]}/${SEGMENTS[1]}`, hash: HASHES[0]!, size: 10 }],
       deletes: [SEGMENTS[2]!],
     } satisfies TreeCommit;
-    const first = (await stub.commit(commit))!;
-    const second = (await stub.commit(commit))!;
+    const first = (await stub.commit(commit)) as CommitResponse;
+    const second = (await stub.commit(commit)) as CommitResponse;
     expect(second.root).toBe(first.root);
     expect(second.bytes).toBe(10);
   });

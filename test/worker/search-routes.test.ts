@@ -30,6 +30,7 @@ async function indexed(account: Account, vectorKey: string) {
     path,
     hash: hex(String(i + 1)),
     size: text.length,
+    language: text.startsWith("def") ? "python" : "typescript",
     chunks: [{ id: hex(String.fromCharCode(97 + i)), text, startLine: 1, endLine: text.split("\n").length }],
   }));
   const response = await call(`/v1/workspaces/${id}/tree/commit`, {
@@ -76,8 +77,26 @@ describe("indexing and search", () => {
       200,
       SearchResponse,
     );
-    expect(right.results[0]!.score).toBeGreaterThan(0.3);
-    expect(Math.abs(wrong.results[0]!.score)).toBeLessThan(right.results[0]!.score / 2);
+    const top = right.results[0]!;
+    expect(top.path).toBe(`${seg("s")}/${seg("a")}`);
+    expect(top.channels.vector).toBeGreaterThan(0.3);
+    expect(top.channels.lexical).toBeGreaterThan(0);
+    // Another key's terms are other ids, so the lexical channel finds nothing; its vectors point elsewhere.
+    expect(wrong.results.every((hit) => hit.channels.lexical === null)).toBe(true);
+    for (const hit of wrong.results) expect(Math.abs(hit.channels.vector!)).toBeLessThan(top.channels.vector! / 2);
+  });
+
+  it("searches only one language when asked, and refuses an unknown language", async () => {
+    const account = await createAccount();
+    const key = keyOf();
+    const id = await indexed(account, key);
+    const python = await expectJson(
+      await search(account, id, key, { query: "revoke an api key", language: "python" }),
+      200,
+      SearchResponse,
+    );
+    expect(python.results.map((r) => r.path)).toEqual([seg("c")]);
+    await expectProblem(await search(account, id, key, { query: "x", language: "cobol" }), 400, "invalid_request");
   });
 
   it("searches only below a directory when asked, and forgets deleted files", async () => {

@@ -1,15 +1,22 @@
 import { Hono, type Context } from "hono";
 import { CreateWorkspaceRequest, type WorkspaceDetail } from "../../protocol/schemas.js";
-import { embedBuiltin } from "../../protocol/embedder/builtin.js";
-import { CommitRequest, DiffRequest, SearchRequest } from "../../protocol/sync.js";
+import {
+  CommitRequest,
+  DiffRequest,
+  SearchRequest,
+  type CommitResponse,
+  type SearchResponse,
+} from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
+import type { DimensionMismatch } from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
+import { embedderFor, embeddingProblem, EmbeddingError, type EmbedKind } from "../embedders/index.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "../db/workspaces.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
-import { vectorKey } from "../vector-key.js";
+import { vectorKey, vectorKeyBytes } from "../vector-key.js";
 
 const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}\` in your org.`);
 
@@ -21,13 +28,44 @@ async function ownWorkspace(c: Context<AppEnv>) {
   return { workspace, stub: workspaceStub(c.env, workspace.id) };
 }
 
-/** Runs a Durable Object call, reports its duration as Server-Timing, and maps "gone" to 404. */
-async function timed<T>(c: Context<AppEnv>, id: string, call: () => Promise<T | null>): Promise<T> {
+/**
+ * Runs a Durable Object call, reports its duration as Server-Timing, maps "gone" to 404 and
+ * vectors of the wrong size (a workspace indexed with another embedder) to 409.
+ */
+async function timed<T extends object>(
+  c: Context<AppEnv>,
+  id: string,
+  call: () => Promise<T | null>,
+): Promise<Exclude<T, DimensionMismatch>> {
   const started = performance.now();
   const result = await call();
   c.header("Server-Timing", `workspace;dur=${(performance.now() - started).toFixed(1)}`);
   if (result === null) throw notFound(id);
-  return result;
+  if ("mismatch" in result) {
+    const { expected, got } = (result as DimensionMismatch).mismatch;
+    throw new ApiError(
+      "conflict",
+      `Workspace \`${id}\` was indexed with ${expected}-dimensional embeddings; this edge's embedder makes ${got}. Delete the workspace and index it again to switch embedders.`,
+    );
+  }
+  return result as Exclude<T, DimensionMismatch>;
+}
+
+/**
+ * Every text embedded (the embedder batches them) and the rotation for the embedder's size. A
+ * failure answers a problem before anything reaches the Durable Object, so a commit is applied
+ * whole or not at all.
+ */
+async function embed(c: Context<AppEnv>, keyBytes: Uint8Array, texts: string[], kind: EmbedKind) {
+  const embedder = embedderFor(c.env, c.var.requestId);
+  let vectors: Float32Array[];
+  try {
+    vectors = await embedder.embed(texts, kind);
+  } catch (err) {
+    if (err instanceof EmbeddingError) throw embeddingProblem(err, c.var.requestId, embedder.model);
+    throw err;
+  }
+  return { vectors, key: vectorKey(keyBytes, embedder.dims) };
 }
 
 export const workspaces = new Hono<AppEnv>()
@@ -68,26 +106,45 @@ export const workspaces = new Hono<AppEnv>()
   })
   .post("/:id/tree/commit", async (c) => {
     const body = await jsonBody(c, CommitRequest);
-    const hasChunks = body.upserts.some((u) => u.chunks.length > 0);
-    const key = hasChunks ? vectorKey(c) : undefined;
+    const texts = body.upserts.flatMap((u) => u.chunks.map((chunk) => chunk.text));
+    const keyBytes = texts.length > 0 ? vectorKeyBytes(c) : undefined;
     const { workspace, stub } = await ownWorkspace(c);
     // Embedded here, in the Worker, so the text and the key stop at this request.
+    const { vectors, key } = keyBytes ? await embed(c, keyBytes, texts, "document") : { vectors: [], key: undefined };
+    let next = 0;
     const chunks = body.upserts.flatMap((u) =>
       u.chunks.map((chunk) => ({
         path: u.path,
         chunkId: chunk.id,
         startLine: chunk.startLine,
         endLine: chunk.endLine,
-        vector: key!.apply(embedBuiltin(chunk.text)),
+        language: u.language,
+        vector: key!.rotation.apply(vectors[next++]!),
+        terms: key!.terms.terms(chunk.text),
       })),
     );
     const tree = { upserts: body.upserts.map(({ path, hash, size }) => ({ path, hash, size })), deletes: body.deletes };
-    return c.json(await timed(c, workspace.id, () => stub.commit(tree, chunks)));
+    return c.json(
+      await timed(
+        c,
+        workspace.id,
+        () => stub.commit(tree, chunks) as Promise<CommitResponse | DimensionMismatch | null>,
+      ),
+    );
   })
   .post("/:id/search", async (c) => {
     const body = await jsonBody(c, SearchRequest);
-    const key = vectorKey(c);
+    const keyBytes = vectorKeyBytes(c);
     const { workspace, stub } = await ownWorkspace(c);
-    const query = key.apply(embedBuiltin(body.query));
-    return c.json(await timed(c, workspace.id, () => stub.search(query, body.topK, body.pathPrefix)));
+    const { vectors, key } = await embed(c, keyBytes, [body.query], "query");
+    const input = {
+      vector: key.rotation.apply(vectors[0]!),
+      terms: key.terms.query(body.query).slice(0, 512),
+      topK: body.topK,
+      ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
+      ...(body.language ? { language: body.language } : {}),
+    };
+    return c.json(
+      await timed(c, workspace.id, () => stub.search(input) as Promise<SearchResponse | DimensionMismatch | null>),
+    );
   });

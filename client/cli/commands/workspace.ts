@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
+import { Language, LANGUAGE_CODES } from "../../../protocol/sync.js";
 import type { IndexReport } from "../../workspace/session.js";
 import { searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
@@ -80,26 +81,33 @@ export function workspaceCommands(program: Command): void {
     .argument("[dir]", "the workspace root or a directory inside it", ".")
     .option("-k, --top-k <n>", "how many results", "10")
     .option("--within <subdir>", "only files below this workspace-relative directory")
-    .action(async (query: string, dir: string, opts: { topK: string; within?: string }, cmd: Command) => {
-      const options = cmd.optsWithGlobals<GlobalOptions>();
-      const topK = Number(opts.topK);
-      if (!Number.isInteger(topK) || topK < 1 || topK > 100) throw new UsageError("--top-k must be 1 to 100.");
-      const { sextant } = await client(options);
-      const ws = await openWorkspace(sextant, dir);
-      const { hits } = await searchWorkspace(sextant, ws, query, {
-        topK,
-        ...(opts.within ? { within: opts.within } : {}),
-      });
-      if (options.json) return printJson(hits);
-      if (hits.length === 0) return void process.stdout.write("No results.\n");
-      for (const hit of hits) {
-        const flag = hit.stale ? "  (changed since indexed)" : "";
-        process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
-        const lines = hit.snippet.split("\n").slice(0, 6);
-        for (const line of lines) process.stdout.write(`    ${line.slice(0, 160)}\n`);
-        process.stdout.write("\n");
-      }
-    });
+    .option("--lang <language>", `only files in this language (${LANGUAGE_CODES.join(", ")})`)
+    .action(
+      async (query: string, dir: string, opts: { topK: string; within?: string; lang?: string }, cmd: Command) => {
+        const options = cmd.optsWithGlobals<GlobalOptions>();
+        const topK = Number(opts.topK);
+        if (!Number.isInteger(topK) || topK < 1 || topK > 100) throw new UsageError("--top-k must be 1 to 100.");
+        const language = opts.lang === undefined ? undefined : Language.safeParse(opts.lang).data;
+        if (opts.lang !== undefined && !language)
+          throw new UsageError(`--lang must be one of ${LANGUAGE_CODES.join(", ")}.`);
+        const { sextant } = await client(options);
+        const ws = await openWorkspace(sextant, dir);
+        const { hits } = await searchWorkspace(sextant, ws, query, {
+          topK,
+          ...(opts.within ? { within: opts.within } : {}),
+          ...(language ? { language } : {}),
+        });
+        if (options.json) return printJson(hits);
+        if (hits.length === 0) return void process.stdout.write("No results.\n");
+        for (const hit of hits) {
+          const flag = hit.stale ? "  (changed since indexed)" : "";
+          process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
+          const lines = hit.snippet.split("\n").slice(0, 6);
+          for (const line of lines) process.stdout.write(`    ${line.slice(0, 160)}\n`);
+          process.stdout.write("\n");
+        }
+      },
+    );
 
   program
     .command("status")

@@ -1,0 +1,205 @@
+import { statSync } from "node:fs";
+import { isAbsolute, relative, resolve, sep } from "node:path";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import type { Command } from "commander";
+import { z } from "zod";
+import { MAX_QUERY_CHARS } from "../../../protocol/sync.js";
+import { VERSION } from "../../../protocol/version.js";
+import { APIConnectionError, APIError, NotFoundError } from "../../sdk/errors.js";
+import type { Sextant } from "../../sdk/client.js";
+import { searchWorkspace, type LocalHit } from "../../workspace/search.js";
+import { openWorkspace, WorkspaceNotIndexedError, type OpenWorkspace } from "../../workspace/session.js";
+import { client, UsageError, type GlobalOptions } from "../context.js";
+
+const MAX_TOP_K = 50;
+
+const SearchInput = {
+  query: z
+    .string()
+    .trim()
+    .min(1)
+    .max(MAX_QUERY_CHARS)
+    .describe(
+      'What you are looking for: a question or description ("where are API keys revoked"), or identifiers ("parseToken WorkspaceSecret").',
+    ),
+  topK: z.number().int().min(1).max(MAX_TOP_K).default(10).describe("How many results to return (1 to 50)."),
+  path: z
+    .string()
+    .max(4096)
+    .optional()
+    .describe('Only search files below this directory, relative to the workspace root (e.g. "src/server").'),
+};
+
+const SearchOutput = {
+  root: z.string().describe("The workspace root; hit paths are relative to it."),
+  hits: z.array(
+    z.object({
+      path: z.string(),
+      startLine: z.number().int(),
+      endLine: z.number().int(),
+      score: z.number(),
+      snippet: z.string().describe("The lines as they are on disk now, secrets removed."),
+      stale: z.boolean().describe("The file changed since it was indexed: the lines may no longer be what matched."),
+    }),
+  ),
+};
+
+const description = (dir: string) =>
+  `Semantic search over the indexed codebase at ${dir}. Use it to find where something is implemented, defined ` +
+  'or handled when you do not know the file or the exact words: ask in natural language ("where are expired ' +
+  'sessions cleaned up") or give identifiers ("RateLimiter refill"). Returns the best-matching chunks, best ' +
+  "first, as workspace-relative paths with line ranges, scores and the lines as they are on disk now; a hit " +
+  "marked (changed since indexed) comes from a file edited after the last sync, so re-read it. For an exact " +
+  "string, grep is faster and complete.";
+
+/** The client and workspace a server answers from, once they are found. */
+interface Target {
+  sextant: Sextant;
+  ws: OpenWorkspace;
+}
+
+/** A failure as one line an agent can act on; the stack is of no use to it. */
+function explain(err: unknown, target: Target | undefined): string {
+  const edge = target?.sextant.baseURL ?? "the edge";
+  let message: string;
+  if (err instanceof APIConnectionError) {
+    message = `${err.message.replace(/\.$/, "")}; start the edge (\`npm start\` for a local one) or check the configured base URL.`;
+  } else if (err instanceof NotFoundError && target) {
+    message = `The workspace ${target.ws.entry.workspaceId} for ${target.ws.entry.root} no longer exists on ${edge}: run \`sextant workspace delete ${target.ws.entry.root} --yes\`, then \`sextant index\`.`;
+  } else if (err instanceof APIError) {
+    const ids = [err.code, err.requestId ? `request ${err.requestId}` : ""].filter(Boolean).join(", ");
+    message = `The edge at ${edge} refused the search: ${err.message} [${ids}]`;
+  } else {
+    message = err instanceof Error ? err.message : String(err);
+  }
+  return message.replace(/\s*\n\s*/g, " ");
+}
+
+/** `path` as the workspace-relative directory `searchWorkspace` takes; absolute paths inside the root are accepted. */
+function withinRoot(root: string, path: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  const rel = relative(root, resolve(root, path));
+  if (rel === "") return undefined;
+  if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel))
+    throw new UsageError(`path "${path}" is outside the workspace root ${root}.`);
+  return rel.split(sep).join("/");
+}
+
+/** A fence longer than any run of backticks in the snippet, so code containing ``` cannot break out of it. */
+function fenced(snippet: string): string {
+  const longest = Math.max(0, ...(snippet.match(/`+/g) ?? []).map((run) => run.length));
+  const fence = "`".repeat(Math.max(3, longest + 1));
+  return `${fence}\n${snippet}\n${fence}`;
+}
+
+function render(root: string, hits: LocalHit[], within: string | undefined): string {
+  const scope = within ? ` below ${within}/` : "";
+  if (hits.length === 0) return `No results${scope} in ${root}.`;
+  const blocks = hits.map((hit) => {
+    const flag = hit.stale ? "  (changed since indexed)" : "";
+    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}`;
+    return hit.snippet === "" ? `${head}\n(these lines are no longer in the file)` : `${head}\n${fenced(hit.snippet)}`;
+  });
+  const count = `${hits.length} result${hits.length === 1 ? "" : "s"}`;
+  return [`${count}${scope} in ${root} (paths relative to it):`, ...blocks].join("\n\n");
+}
+
+const log = (line: string) => process.stderr.write(`sextant mcp: ${line}\n`);
+
+/**
+ * The MCP server for one directory. The workspace is opened lazily and kept once found, so a server started
+ * before `sextant index` (or `sextant login`) starts answering as soon as there is an index, without the
+ * editor restarting it; until then every call says why it cannot.
+ */
+function buildServer(options: GlobalOptions, dir: string): { server: McpServer; open: () => Promise<Target> } {
+  let target: Target | undefined;
+  const open = async (): Promise<Target> => {
+    if (target) return target;
+    const { sextant } = await client(options);
+    try {
+      target = { sextant, ws: await openWorkspace(sextant, dir) };
+    } catch (err) {
+      if (err instanceof WorkspaceNotIndexedError)
+        throw new WorkspaceNotIndexedError(
+          `${dir} is not indexed on ${sextant.baseURL} yet: run \`sextant index ${dir}\`, then search again.`,
+        );
+      throw err;
+    }
+    return target;
+  };
+
+  const server = new McpServer({ name: "sextant", version: VERSION });
+  server.registerTool(
+    "codebase_search",
+    {
+      title: "Search the codebase",
+      description: description(dir),
+      inputSchema: SearchInput,
+      outputSchema: SearchOutput,
+      annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+    },
+    async ({ query, topK, path }, extra) => {
+      try {
+        const { sextant, ws } = await open();
+        const within = withinRoot(ws.entry.root, path);
+        const { hits } = await searchWorkspace(sextant, ws, query, {
+          topK,
+          signal: extra.signal,
+          ...(within ? { within } : {}),
+        });
+        return {
+          content: [{ type: "text", text: render(ws.entry.root, hits, within) }],
+          structuredContent: { root: ws.entry.root, hits },
+        };
+      } catch (err) {
+        const message = explain(err, target);
+        log(`codebase_search failed: ${message}`);
+        return { content: [{ type: "text", text: message }], isError: true };
+      }
+    },
+  );
+  return { server, open };
+}
+
+/**
+ * Resolves when the editor goes away. At the end of input, answers still in flight are written before the
+ * process exits (a piped client reads them); a signal, or the transport closing, stops the server at once.
+ */
+async function untilDisconnected(server: McpServer): Promise<void> {
+  const signals = ["SIGINT", "SIGTERM"] as const;
+  let stop = () => {};
+  const reason = await new Promise<"eof" | "stop">((done) => {
+    stop = () => done("stop");
+    process.stdin.once("end", () => done("eof"));
+    server.server.onclose = stop;
+    for (const signal of signals) process.once(signal, stop);
+  });
+  // Once done, a signal gets its default meaning back: exit now, even with an answer in flight.
+  for (const signal of signals) process.off(signal, stop);
+  if (reason === "stop") await server.close();
+}
+
+export function mcp(program: Command): void {
+  program
+    .command("mcp")
+    .description("Serve codebase_search to AI agents over MCP (stdio), for the workspace of a directory")
+    .argument("[dir]", "the workspace root or a directory inside it", ".")
+    .action(async (dir: string, _opts, cmd: Command) => {
+      const options = cmd.optsWithGlobals<GlobalOptions>();
+      // A directory that does not exist is a mistake in the editor's configuration, never fixed by waiting;
+      // anything else (not indexed yet, no key, the edge down) is reported by the tool, where the agent sees it.
+      const absolute = resolve(dir);
+      if (!statSync(absolute, { throwIfNoEntry: false })?.isDirectory())
+        throw new UsageError(`${absolute} is not a directory.`);
+      const { server, open } = buildServer(options, absolute);
+      try {
+        const { ws, sextant } = await open();
+        log(`serving ${ws.entry.root} (workspace ${ws.entry.workspaceId} on ${sextant.baseURL})`);
+      } catch (err) {
+        log(`${explain(err, undefined)} codebase_search reports this until it is fixed.`);
+      }
+      await server.connect(new StdioServerTransport());
+      await untilDisconnected(server);
+    });
+}

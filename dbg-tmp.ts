@@ -1,0 +1,16 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeTree } from "/work/main/test/support/fixture.js";
+import { sextant, startLocalEdge } from "/work/main/test/support/local-edge.js";
+import { startOpenAIStandIn } from "/work/main/test/support/openai-standin.js";
+const s = await startOpenAIStandIn();
+const edge = await startLocalEdge({ vars: { EMBEDDER: "openai", EMBEDDING_BASE_URL: s.url, EMBEDDING_MODEL: "standin-embed-768", EMBEDDING_API_KEY: s.apiKey, EMBEDDING_BATCH: "3" } });
+const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "c-")) };
+const dir = makeTree({ "a.ts": "export const alpha = 1;" });
+const t = Date.now();
+const r = sextant(["index", dir], env);
+console.log(Date.now() - t, r.code, r.stdout, r.stderr);
+console.log(JSON.stringify(s.requests.map(q => ({url: q.url, status: q.status, inputs: q.inputs, err: q.error}))));
+console.log(edge.output().slice(-5000));
+await edge.stop(); await s.close();

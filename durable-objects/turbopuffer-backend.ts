@@ -1,0 +1,274 @@
+import {
+  APIConnectionTimeoutError,
+  APIError,
+  NotFoundError,
+  Turbopuffer,
+  type AttributeSchema,
+  type Filter,
+  type Namespace,
+} from "@turbopuffer/turbopuffer";
+import { z } from "zod";
+import type { BackendEntry, BackendFilter, BackendHit, IndexBackend, KeyedTerms } from "./index-backend.js";
+
+/**
+ * Turbopuffer answers at most this many rows per query unless the account's limit was raised;
+ * asking for more is a 400, so larger `k` is clamped rather than failing the search.
+ */
+const MAX_TOP_K = 1200;
+
+/**
+ * Rows per write request. A 512-dimension row is about 10 KB of JSON, so a batch stays near
+ * 10 MB: far under Turbopuffer's 256 MB request limit, and small enough that building the body
+ * does not strain a Durable Object's 128 MB of memory.
+ */
+const ROWS_PER_REQUEST = 1000;
+
+/**
+ * Cosine distance is the only metric the API offers that ranks by angle; the vectors are unit
+ * length (L2-normalised, then rotated orthogonally), so 1 - distance is exactly their inner product.
+ */
+const DISTANCE_METRIC = "cosine_distance" as const;
+
+export interface TurbopufferBackendOptions {
+  apiKey: string;
+  /** Default `https://{region}.turbopuffer.com`; a URL with a `{region}` placeholder takes `region`. */
+  baseURL?: string;
+  region?: string;
+  /** One per workspace, e.g. `sextant-<workspace object id>`; `[A-Za-z0-9-_.]{1,128}`. */
+  namespace: string;
+  dims: number;
+  /** Any fetch-compatible function; the global one by default. */
+  fetch?: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+  /**
+   * Retries of connection failures, 408, 409, 429 and 5xx, with the client's backoff, for every
+   * call. Default: the client's own, 4, and 6 for writes.
+   */
+  maxRetries?: number;
+  /** Per attempt, ms. Default 60,000. */
+  timeout?: number;
+}
+
+const Options = z.object({
+  apiKey: z.string().min(1),
+  baseURL: z.url().optional(),
+  region: z.string().min(1).optional(),
+  namespace: z.string().regex(/^[A-Za-z0-9\-_.]{1,128}$/, "must match [A-Za-z0-9-_.]{1,128}"),
+  dims: z.number().int().min(1).max(10_752),
+  maxRetries: z.number().int().min(0).optional(),
+  timeout: z.number().int().positive().optional(),
+});
+
+/** What a query returns, checked before use: ids and the ranking's `$dist`, nothing else is read. */
+const QueryRows = z.object({
+  rows: z.array(z.object({ id: z.string(), $dist: z.number() })).default([]),
+});
+
+/**
+ * A Turbopuffer request that failed, after the client's retries. `status` is the HTTP status
+ * (undefined when the service was not reached); `timedOut` tells a slow service from a broken one.
+ */
+export class TurbopufferBackendError extends Error {
+  override readonly name = "TurbopufferBackendError";
+  constructor(
+    message: string,
+    readonly status: number | undefined,
+    readonly timedOut: boolean,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * An index backend on a Turbopuffer namespace: one row per entry with its vector, the encrypted
+ * path and language (filterable), and its keyed terms for BM25. Nothing else is sent: no text, no
+ * plaintext path, no key. Plain TypeScript with no runtime-specific import, so it runs in the
+ * Workspace Durable Object and in Node alike; in workerd the client resolves to its global-`fetch`
+ * build (its Node build, on undici, is chosen only under the `node` export condition).
+ *
+ * @example
+ * const backend = new TurbopufferBackend({
+ *   apiKey: env.TURBOPUFFER_API_KEY,
+ *   region: "gcp-us-central1",
+ *   namespace: `sextant-${ctx.id.toString()}`,
+ *   dims: 512,
+ * });
+ * await backend.write(entries);
+ * const hits = await backend.queryVector(query, 10, { pathPrefix });
+ */
+export class TurbopufferBackend implements IndexBackend {
+  readonly namespace: string;
+  readonly dims: number;
+  readonly #ns: Namespace;
+  readonly #schema: Record<string, AttributeSchema>;
+  /** Per-call options: the client's `write` sets its own retry count, which an explicit one overrides. */
+  readonly #requestOptions: { maxRetries?: number };
+
+  constructor(options: TurbopufferBackendOptions) {
+    const parsed = Options.safeParse(options);
+    if (!parsed.success) throw new TypeError(`Invalid Turbopuffer backend options: ${z.prettifyError(parsed.error)}`);
+    const { apiKey, baseURL, region, namespace, dims, maxRetries, timeout } = parsed.data;
+    if (!baseURL && !region) throw new TypeError("Invalid Turbopuffer backend options: give a region or a baseURL");
+    this.namespace = namespace;
+    this.dims = dims;
+    // Every option is passed explicitly (null for "none") so that nothing is read from
+    // TURBOPUFFER_* environment variables of whatever process this runs in.
+    const client = new Turbopuffer({
+      apiKey,
+      baseURL: baseURL ?? null,
+      region: baseURL && !baseURL.includes("{region}") ? null : (region ?? null),
+      ...(options.fetch && { fetch: options.fetch }),
+      ...(maxRetries !== undefined && { maxRetries }),
+      ...(timeout !== undefined && { timeout }),
+      // Gzip request bodies: dense f32 vectors as JSON numbers (about 10.7 KB a row at 512
+      // dimensions) shrink to under half.
+      compression: true,
+    });
+    this.#ns = client.namespace(namespace);
+    this.#requestOptions = maxRetries === undefined ? {} : { maxRetries };
+    this.#schema = {
+      vector: { type: `[${dims}]f32`, ann: true },
+      path: { type: "string", filterable: true },
+      language: { type: "string", filterable: true },
+      // Each array element is one token, taken as is: no splitting, stemming or stop words, so a
+      // keyed term id can never be cut or dropped, which a word tokenizer over a string would
+      // only promise by its current rules.
+      terms: { type: "[]string", full_text_search: { tokenizer: "pre_tokenized_array" }, filterable: false },
+    };
+  }
+
+  async write(entries: readonly BackendEntry[]): Promise<void> {
+    for (const entry of entries) {
+      if (entry.vector.length !== this.dims) {
+        throw new TypeError(`Entry ${entry.id} has ${entry.vector.length} dimensions; the namespace has ${this.dims}`);
+      }
+    }
+    for (let start = 0; start < entries.length; start += ROWS_PER_REQUEST) {
+      const batch = entries.slice(start, start + ROWS_PER_REQUEST);
+      await this.#call("write", () =>
+        this.#ns.write(
+          {
+            upsert_columns: {
+              id: batch.map((e) => e.id),
+              vector: batch.map((e) => Array.from(e.vector)),
+              path: batch.map((e) => e.path),
+              language: batch.map((e) => e.language),
+              terms: batch.map((e) => termTokens(e.terms)),
+            },
+            distance_metric: DISTANCE_METRIC,
+            schema: this.#schema,
+          },
+          this.#requestOptions,
+        ),
+      );
+    }
+  }
+
+  async remove(ids: readonly string[]): Promise<void> {
+    for (let start = 0; start < ids.length; start += ROWS_PER_REQUEST) {
+      const deletes = ids.slice(start, start + ROWS_PER_REQUEST);
+      // A namespace that was never written holds none of the ids: nothing to forget.
+      await this.#call("remove", () => this.#ns.write({ deletes }, this.#requestOptions), { notFound: undefined });
+    }
+  }
+
+  async queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]> {
+    if (vector.length !== this.dims) {
+      throw new TypeError(`Query vector has ${vector.length} dimensions; the namespace has ${this.dims}`);
+    }
+    const rows = await this.#query("queryVector", k, filter, ["vector", "ANN", Array.from(vector)]);
+    return rows.map((row) => ({ id: row.id, score: 1 - row.$dist }));
+  }
+
+  async queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
+    if (terms.length === 0) return [];
+    const tokens = terms.map(termToken);
+    const rows = await this.#query("queryTerms", k, filter, ["terms", "BM25", tokens]);
+    return rows.map((row) => ({ id: row.id, score: row.$dist }));
+  }
+
+  async destroy(): Promise<void> {
+    await this.#call("destroy", () => this.#ns.deleteAll({}, this.#requestOptions), { notFound: undefined });
+  }
+
+  async #query(
+    operation: string,
+    k: number,
+    filter: BackendFilter,
+    rankBy: ["vector", "ANN", number[]] | ["terms", "BM25", string[]],
+  ): Promise<Array<{ id: string; $dist: number }>> {
+    if (!Number.isInteger(k) || k < 1) return [];
+    const filters = toFilters(filter);
+    // A namespace is created by its first write; before that every query is a 404.
+    const response = await this.#call(
+      operation,
+      () =>
+        this.#ns.query(
+          { rank_by: rankBy, top_k: Math.min(k, MAX_TOP_K), ...(filters && { filters }) },
+          this.#requestOptions,
+        ),
+      { notFound: { rows: [] } },
+    );
+    const parsed = QueryRows.safeParse(response);
+    if (!parsed.success) {
+      throw new TurbopufferBackendError(
+        `Turbopuffer ${operation} on namespace ${this.namespace} returned an unexpected body: ${z.prettifyError(parsed.error)}`,
+        undefined,
+        false,
+      );
+    }
+    return parsed.data.rows;
+  }
+
+  /** Runs one client call and turns its failures into `TurbopufferBackendError`s that name the call. */
+  async #call<T, F = never>(operation: string, run: () => Promise<T>, onMissing?: { notFound: F }): Promise<T | F> {
+    try {
+      return await run();
+    } catch (err) {
+      if (onMissing && err instanceof NotFoundError) return onMissing.notFound;
+      const where = `Turbopuffer ${operation} on namespace ${this.namespace}`;
+      if (err instanceof APIConnectionTimeoutError) {
+        throw new TurbopufferBackendError(`${where} timed out`, undefined, true, { cause: err });
+      }
+      if (err instanceof APIError) {
+        const detail = errorDetail(err.error) ?? err.message;
+        const status = err.status === undefined ? "could not connect" : `failed with ${err.status}`;
+        throw new TurbopufferBackendError(`${where} ${status}: ${detail}`, err.status, false, { cause: err });
+      }
+      throw err;
+    }
+  }
+}
+
+/** Turbopuffer's errors are `{ "status": "error", "error": "<message>" }`. */
+function errorDetail(body: unknown): string | undefined {
+  if (typeof body !== "object" || body === null) return undefined;
+  const message = (body as { error?: unknown }).error;
+  return typeof message === "string" ? message : undefined;
+}
+
+function toFilters({ pathPrefix, language }: BackendFilter): Filter | undefined {
+  const clauses: Filter[] = [];
+  // Encrypted segments are base64url, which has no glob metacharacter, so the prefix is literal.
+  if (pathPrefix) clauses.push(["path", "Glob", `${pathPrefix}/**`]);
+  if (language !== undefined) clauses.push(["language", "Eq", language]);
+  if (clauses.length === 0) return undefined;
+  return clauses.length === 1 ? clauses[0] : ["And", clauses];
+}
+
+/** A keyed term id as the token Turbopuffer indexes: 8 lower-case hex characters. */
+function termToken(id: number): string {
+  if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) throw new TypeError(`Not a 32-bit term id: ${id}`);
+  return id.toString(16).padStart(8, "0");
+}
+
+/** One token per occurrence, so BM25 sees each term's frequency in the chunk. */
+function termTokens({ ids, counts }: KeyedTerms): string[] {
+  if (ids.length !== counts.length) throw new TypeError("Keyed terms have different numbers of ids and counts");
+  const tokens: string[] = [];
+  for (let i = 0; i < ids.length; i++) {
+    const token = termToken(ids[i]!);
+    for (let n = counts[i]!; n > 0; n--) tokens.push(token);
+  }
+  return tokens;
+}

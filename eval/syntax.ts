@@ -1,0 +1,177 @@
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { Language, Parser, type Node, type Tree } from "web-tree-sitter";
+import { LANGUAGES, languageOf } from "../client/index/languages.js";
+
+/**
+ * The same grammars the chunker uses (web-tree-sitter with `tree-sitter-wasms`), so the eval reads
+ * each file exactly as the index does. The chunker keeps its parsers private; these are its twins.
+ */
+const require = createRequire(import.meta.url);
+const grammarDir = join(dirname(require.resolve("tree-sitter-wasms/package.json")), "out");
+let ready: Promise<void> | undefined;
+const parsers = new Map<string, Promise<Parser>>();
+
+function parserFor(language: string): Promise<Parser> {
+  let parser = parsers.get(language);
+  if (!parser) {
+    ready ??= Parser.init();
+    parser = ready.then(async () => {
+      const p = new Parser();
+      p.setLanguage(await Language.load(join(grammarDir, LANGUAGES[language]!.grammar)));
+      return p;
+    });
+    parsers.set(language, parser);
+  }
+  return parser;
+}
+
+/** Parses a file with the grammar its extension selects; undefined for files without one. */
+export async function parse(path: string, text: string): Promise<Tree | undefined> {
+  const language = languageOf(path);
+  if (!language) return undefined;
+  return (await parserFor(language)).parse(text) ?? undefined;
+}
+
+/** Every comment node, in document order (line, block and doc comments alike). */
+export function comments(tree: Tree): Node[] {
+  const found: Node[] = [];
+  const visit = (node: Node) => {
+    if (node.type.includes("comment")) {
+      found.push(node);
+      return;
+    }
+    for (const child of node.children) if (child) visit(child);
+  };
+  visit(tree.rootNode);
+  return found;
+}
+
+/**
+ * The text with every comment removed and every line kept: a comment spanning lines becomes its
+ * line breaks, one within a line becomes a space (so `a/*x*\/b` cannot fuse into one token).
+ * Positions are UTF-16 offsets, as web-tree-sitter reports them for JavaScript strings.
+ */
+export function stripComments(text: string, nodes: readonly Node[]): string {
+  let out = "";
+  let at = 0;
+  for (const node of nodes) {
+    out += text.slice(at, node.startIndex);
+    const removed = text.slice(node.startIndex, node.endIndex);
+    const breaks = removed.match(/\r?\n/g);
+    out += breaks ? breaks.join("") : " ";
+    at = node.endIndex;
+  }
+  return out + text.slice(at);
+}
+
+/** A documented definition: its doc comment and the lines it spans (1-based, inclusive). */
+export interface Documented {
+  name: string;
+  doc: string;
+  startLine: number;
+  endLine: number;
+}
+
+/** Values that make `var x = …` or `a.b = …` a definition (ramda's `_curry2(function …)` is a call). */
+const DEFINING_VALUES = new Set([
+  "function",
+  "function_expression",
+  "generator_function",
+  "arrow_function",
+  "class",
+  "call_expression",
+]);
+
+/** A comment about the whole file (express's "Module dependencies." above its requires), not what follows. */
+const FILE_TAGS = /@(module|file|fileoverview|overview|license|copyright)\b/;
+
+/** `require("x")` and `import("x")`: a dependency, not a definition. */
+const isImport = (value: Node) =>
+  value.type === "call_expression" && ["require", "import"].includes(value.childForFieldName("function")?.text ?? "");
+
+const DECLARATIONS = new Set([
+  "function_declaration",
+  "generator_function_declaration",
+  "function_signature",
+  "class_declaration",
+  "abstract_class_declaration",
+  "method_definition",
+  "method_signature",
+  "abstract_method_signature",
+]);
+
+/** The name a node defines, or undefined when it is not a function, method or class definition. */
+function definedName(node: Node): string | undefined {
+  if (node.type === "export_statement") {
+    const inner = node.childForFieldName("declaration") ?? node.childForFieldName("value");
+    return inner ? definedName(inner) : undefined;
+  }
+  if (DECLARATIONS.has(node.type)) return node.childForFieldName("name")?.text ?? "default";
+  if (node.type === "lexical_declaration" || node.type === "variable_declaration") {
+    const declarators = node.namedChildren.filter((c) => c?.type === "variable_declarator");
+    const value = declarators.length === 1 ? declarators[0]!.childForFieldName("value") : null;
+    return value && DEFINING_VALUES.has(value.type) && !isImport(value)
+      ? declarators[0]!.childForFieldName("name")?.text
+      : undefined;
+  }
+  if (node.type === "expression_statement") {
+    const expr = node.namedChildren[0];
+    if (expr?.type !== "assignment_expression") return undefined;
+    const right = expr.childForFieldName("right");
+    return right && DEFINING_VALUES.has(right.type) && !isImport(right)
+      ? expr.childForFieldName("left")?.text
+      : undefined;
+  }
+  if (node.type === "public_field_definition" || node.type === "field_definition" || node.type === "pair") {
+    const value = node.childForFieldName("value");
+    const key = node.childForFieldName("name") ?? node.childForFieldName("property") ?? node.childForFieldName("key");
+    return value && DEFINING_VALUES.has(value.type) ? key?.text : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * Functions, methods and classes (and `var x = …` / `a.b = …` function assignments) preceded by a
+ * `/** … *\/` comment, with only blank lines or other comments between the two, the nearest one
+ * counting (as JSDoc attaches them); a comment tagged as being about the whole file is left out. A
+ * doc comment on the first of a run of TypeScript overloads documents the whole run, so the range
+ * reaches the last declaration of the same name that follows without a gap.
+ */
+export function documentedDefinitions(tree: Tree): Documented[] {
+  const found: Documented[] = [];
+  const visit = (node: Node) => {
+    const children = node.namedChildren.filter((c): c is Node => c !== null);
+    for (let i = 0; i < children.length; i++) {
+      const child = children[i]!;
+      if (child.type.includes("comment")) {
+        if (!child.text.startsWith("/**") || child.text.startsWith("/**/")) continue;
+        let j = i + 1;
+        let closer = false; // another doc comment nearer the definition: that one documents it
+        for (; j < children.length && children[j]!.type.includes("comment"); j++)
+          closer ||= children[j]!.text.startsWith("/**");
+        const target = children[j];
+        if (!target || closer || FILE_TAGS.test(child.text)) continue;
+        const name = definedName(target);
+        if (name === undefined) continue;
+        let end = target;
+        for (let k = j + 1; k < children.length; k++) {
+          const next = children[k]!;
+          if (next.type.includes("comment")) continue;
+          if (definedName(next) !== name) break;
+          end = next;
+        }
+        found.push({
+          name,
+          doc: child.text,
+          startLine: target.startPosition.row + 1,
+          endLine: end.endPosition.row + 1,
+        });
+        continue;
+      }
+      visit(child);
+    }
+  };
+  visit(tree.rootNode);
+  return found;
+}

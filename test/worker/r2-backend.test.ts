@@ -1,0 +1,193 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { workspaceStub } from "../../durable-objects/workspace-client.js";
+import { R2Backend } from "../../durable-objects/r2-backend.js";
+import type { BackendEntry } from "../../durable-objects/index-backend.js";
+import type { HotIndexOptions } from "../../durable-objects/hot-index.js";
+
+const DIMS = 32;
+/** A pseudo-random unit vector per seed (mulberry32, then normalised). */
+const unit = (seed: number) => {
+  let a = seed * 2654435761;
+  const next = () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32 - 0.5;
+  };
+  const v = new Float32Array(DIMS).map(next);
+  const n = Math.hypot(...v);
+  return v.map((x) => x / n);
+};
+const terms = (...pairs: [number, number][]) => ({
+  ids: Uint32Array.from(pairs, (p) => p[0]),
+  counts: Uint16Array.from(pairs, (p) => p[1]),
+});
+const entry = (id: number, path: string, language = "typescript", t = terms([id % 7, 1])): BackendEntry => ({
+  id: String(id),
+  path,
+  language,
+  vector: unit(id),
+  terms: t,
+});
+
+async function withBackend<T>(
+  name: string,
+  fn: (open: (options?: HotIndexOptions) => R2Backend) => Promise<T>,
+): Promise<T> {
+  const stub = workspaceStub(env, name);
+  await stub.init({ workspaceId: name, orgId: "org_t", createdAt: new Date().toISOString() });
+  return runInDurableObject(stub, (_instance, state) =>
+    fn(
+      (options) =>
+        new R2Backend(
+          state.storage.sql,
+          (f) => state.storage.transactionSync(f),
+          env.INDEX,
+          `ws/${name}`,
+          DIMS,
+          options,
+        ),
+    ),
+  );
+}
+
+describe("R2 index backend", () => {
+  it("finds the nearest entries, with scores that survive int8 quantization", async () => {
+    await withBackend("ws_r2a", async (open) => {
+      const backend = open();
+      await backend.write(Array.from({ length: 50 }, (_, i) => entry(i + 1, `P${i % 5}`)));
+      for (const target of [3, 17, 42]) {
+        const hits = await backend.queryVector(unit(target), 3, {});
+        expect(hits[0]!.id).toBe(String(target));
+        expect(hits[0]!.score).toBeCloseTo(1, 1);
+        expect(hits[0]!.score).toBeGreaterThanOrEqual(hits[1]!.score);
+      }
+    });
+  });
+
+  it("filters by directory and by language", async () => {
+    await withBackend("ws_r2b", async (open) => {
+      const backend = open();
+      await backend.write([entry(1, "A/x"), entry(2, "A/y", "python"), entry(3, "B/z"), entry(4, "AB")]);
+      const ids = async (filter: object) => (await backend.queryVector(unit(1), 10, filter)).map((h) => h.id).sort();
+      expect(await ids({ pathPrefix: "A" })).toEqual(["1", "2"]);
+      expect(await ids({ language: "python" })).toEqual(["2"]);
+      expect(await ids({ pathPrefix: "A", language: "typescript" })).toEqual(["1"]);
+      expect(await ids({ language: "go" })).toEqual([]);
+    });
+  });
+
+  it("ranks by BM25 over keyed terms: rarer terms weigh more, longer chunks less", async () => {
+    await withBackend("ws_r2c", async (open) => {
+      const backend = open();
+      await backend.write([
+        entry(1, "a", "text", terms([100, 1], [200, 1])),
+        entry(2, "b", "text", terms([100, 1])),
+        entry(3, "c", "text", terms([100, 1], [300, 5], [301, 5], [302, 5])),
+        entry(4, "d", "text", terms([400, 1])),
+        // Unrelated chunks, so that term 100 is in fewer than a third of them (commoner terms are skipped).
+        ...Array.from({ length: 6 }, (_, i) => entry(5 + i, `e${i}`, "text", terms([500 + i, 1]))),
+      ]);
+      const ranked = (await backend.queryTerms([100, 200], 10, {})).map((h) => h.id);
+      expect(ranked).toEqual(["1", "2", "3"]);
+      expect(await backend.queryTerms([999], 10, {})).toEqual([]);
+      // A term in over a third of the chunks is skipped next to a rarer one, but answers on its own.
+      await backend.write([entry(11, "f", "text", terms([100, 1])), entry(12, "g", "text", terms([100, 1]))]);
+      expect((await backend.queryTerms([100, 200], 10, {})).map((h) => h.id)).toEqual(["1"]);
+      expect(await backend.queryTerms([100], 10, {})).toHaveLength(5);
+    });
+  });
+
+  it("forgets removed entries, rebuilds from R2 in a fresh instance, and writes content-addressed segments", async () => {
+    await withBackend("ws_r2d", async (open) => {
+      const first = open();
+      await first.write([entry(1, "X"), entry(2, "Y"), entry(3, "Z")]);
+      await first.remove(["2"]);
+      expect((await first.queryVector(unit(2), 3, {})).map((h) => h.id)).not.toContain("2");
+      const fresh = open();
+      const hits = await fresh.queryVector(unit(3), 3, {});
+      expect(hits.map((h) => h.id).sort()).toEqual(["1", "3"]);
+      const listed = await env.INDEX.list({ prefix: "ws/ws_r2d/segments/" });
+      expect(listed.objects.map((o) => o.key)).toEqual([expect.stringMatching(/^ws\/ws_r2d\/segments\/[0-9a-f]{64}$/)]);
+      await fresh.destroy();
+      expect((await env.INDEX.list({ prefix: "ws/ws_r2d/" })).objects).toEqual([]);
+    });
+  });
+
+  it("past the exact limit, the 1-bit scan with int8 re-scoring returns what an exact scan returns", async () => {
+    await withBackend("ws_r2e", async (open) => {
+      const exact = open({ exactLimit: 100_000 });
+      await exact.write(Array.from({ length: 3000 }, (_, i) => entry(i + 1, `F${i % 40}`)));
+      const approx = open({ exactLimit: 16 });
+      let agree = 0;
+      for (let q = 0; q < 20; q++) {
+        const query = unit(10_000 + q);
+        const a = (await exact.queryVector(query, 10, {})).map((h) => h.id);
+        const b = (await approx.queryVector(query, 10, {})).map((h) => h.id);
+        agree += a.filter((id) => b.includes(id)).length;
+      }
+      expect(agree / 200).toBeGreaterThan(0.95);
+    });
+  });
+
+  it("compaction leaves search results unchanged and deletes the segments it replaces", async () => {
+    const ops = fc.array(
+      fc.oneof(
+        fc.record({ kind: fc.constant("write" as const), n: fc.integer({ min: 1, max: 12 }) }),
+        fc.record({ kind: fc.constant("remove" as const), share: fc.double({ min: 0, max: 1, noNaN: true }) }),
+        fc.record({ kind: fc.constant("compact" as const) }),
+      ),
+      { minLength: 1, maxLength: 25 },
+    );
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(ops, fc.integer({ min: 1, max: 1000 }), async (sequence, querySeed) =>
+        withBackend(`ws_r2f${run++}`, async (open) => {
+          const backend = open();
+          let next = 1;
+          const live: number[] = [];
+          const snapshot = async () => {
+            const byVector = await backend.queryVector(unit(querySeed), 10, {});
+            const byTerms = await backend.queryTerms([1, 2, 3], 10, {});
+            return JSON.stringify([byVector, byTerms]);
+          };
+          for (const op of sequence) {
+            if (op.kind === "write") {
+              const batch = Array.from({ length: op.n }, () => entry(next++, `D${next % 3}/f${next}`));
+              await backend.write(batch);
+              live.push(...batch.map((e) => Number(e.id)));
+            } else if (op.kind === "remove") {
+              const gone = live.filter((_, i) => (i * 0.618) % 1 < op.share);
+              await backend.remove(gone.map(String));
+              for (const id of gone) live.splice(live.indexOf(id), 1);
+            } else {
+              const before = await snapshot();
+              await backend.compact();
+              expect(await snapshot()).toBe(before);
+              // A fresh instance, built from what compaction left on R2, agrees too.
+              expect(
+                await (async () => {
+                  const fresh = open();
+                  return JSON.stringify([
+                    await fresh.queryVector(unit(querySeed), 10, {}),
+                    await fresh.queryTerms([1, 2, 3], 10, {}),
+                  ]);
+                })(),
+              ).toBe(before);
+            }
+          }
+          await backend.compact();
+          const hits = await backend.queryVector(unit(querySeed), 1000, {});
+          expect(hits.map((h) => Number(h.id)).sort((a, b) => a - b)).toEqual([...live].sort((a, b) => a - b));
+          const stats = backend.stats();
+          expect(stats.entries).toBe(live.length);
+          const objects = (await env.INDEX.list({ prefix: `ws/ws_r2f${run - 1}/segments/` })).objects.length;
+          expect(objects).toBe(stats.segments);
+        }),
+      ),
+      { numRuns: 25 },
+    );
+  });
+});

@@ -1,0 +1,15 @@
+import { BUILTIN_DIMS, BUILTIN_MODEL, embedBuiltin } from "../../protocol/embedder/builtin.js";
+import type { EmbedKind, Embedder } from "./embedder.js";
+
+/**
+ * The built-in embedder (hashed code-aware tokens, no network, no weights) behind the common
+ * interface. Documents and questions are embedded alike: both are bags of the same tokens.
+ */
+export class BuiltinEmbedder implements Embedder {
+  readonly model = BUILTIN_MODEL;
+  readonly dims = BUILTIN_DIMS;
+
+  async embed(texts: string[], _kind: EmbedKind): Promise<Float32Array[]> {
+    return texts.map((text) => embedBuiltin(text, BUILTIN_DIMS));
+  }
+}

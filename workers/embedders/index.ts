@@ -1,0 +1,44 @@
+import { ConfigError, loadEmbedderConfig, type EmbedderConfig } from "../config.js";
+import { ApiError } from "../problem.js";
+import { BuiltinEmbedder } from "./builtin.js";
+import { EmbeddingError, type Embedder } from "./embedder.js";
+import { OpenAIEmbedder } from "./openai.js";
+
+export { EmbeddingError, type Embedder, type EmbedKind } from "./embedder.js";
+export { embeddingProblem } from "./problem.js";
+
+/** Each `EMBEDDER` value and how to build it from the validated settings. */
+const FACTORIES = {
+  builtin: () => new BuiltinEmbedder(),
+  openai: (config) =>
+    new OpenAIEmbedder({
+      apiKey: config.EMBEDDING_API_KEY!,
+      baseURL: config.EMBEDDING_BASE_URL,
+      model: config.EMBEDDING_MODEL!,
+      batchSize: config.EMBEDDING_BATCH,
+      ...(config.EMBEDDING_DIMENSIONS !== undefined ? { dimensions: config.EMBEDDING_DIMENSIONS } : {}),
+    }),
+} as const satisfies Record<EmbedderConfig["EMBEDDER"], (config: EmbedderConfig) => Embedder>;
+
+/** One per isolate, so the SDK client and a model's learned dimensions are reused. */
+const embedders = new WeakMap<object, Embedder>();
+
+/**
+ * The embedder `EMBEDDER` selects. Settings that cannot work answer 500 `internal` naming the
+ * settings (never their values): retrying will not help, and only the operator can fix them.
+ */
+export function embedderFor(env: Env, requestId: string): Embedder {
+  const cached = embedders.get(env);
+  if (cached) return cached;
+  let embedder: Embedder;
+  try {
+    const config = loadEmbedderConfig(env);
+    embedder = FACTORIES[config.EMBEDDER](config);
+  } catch (err) {
+    if (!(err instanceof ConfigError || err instanceof EmbeddingError)) throw err;
+    console.error(JSON.stringify({ level: "error", requestId, message: err.message }));
+    throw new ApiError("internal", `The edge's embedder is misconfigured. ${err.message}`);
+  }
+  embedders.set(env, embedder);
+  return embedder;
+}
