@@ -273,15 +273,25 @@ export class HotIndex {
         lut[at + v] = lut[at + (v ^ low)]! + 2 * query[b * 8 + (31 - Math.clz32(low))]!;
       }
     }
-    const pool = new TopK(this.#int8 ? Math.max(k * 16, 256) : k, this.#ids);
     const codes = this.#codes;
     const meanAbs = this.#meanAbs;
+    const alive = this.#alive;
+    const filtered = filter.mask !== undefined || filter.language !== undefined;
+    const pool = new TopK(this.#int8 ? Math.max(k * 16, 256) : k, this.#ids);
+    let floor = -Infinity;
     for (let slot = 0; slot < this.#n; slot++) {
-      if (!admit(slot)) continue;
-      let s = 0;
+      if (filtered ? !admit(slot) : alive[slot] !== 1) continue;
       const base = slot * nb;
-      for (let b = 0; b < nb; b++) s += lut[(b << 8) | codes[base + b]!]!;
-      pool.push(slot, s * meanAbs[slot]!);
+      let s0 = 0;
+      let s1 = 0;
+      for (let b = 0; b < nb; b += 2) {
+        s0 += lut[(b << 8) | codes[base + b]!]!;
+        s1 += lut[((b + 1) << 8) | codes[base + b + 1]!]!;
+      }
+      const score = (s0 + s1) * meanAbs[slot]!;
+      if (score < floor) continue;
+      pool.push(slot, score);
+      if (pool.length === pool.size) floor = pool.scores[0]!;
     }
     if (!this.#int8) return pool.sorted().map(({ item, score }) => ({ id: this.#ids[item]!, score }));
     const exact = new TopK(k, this.#ids);

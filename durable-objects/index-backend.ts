@@ -13,7 +13,7 @@ export interface KeyedTerms {
 }
 
 export interface BackendEntry {
-  /** Stable within the workspace: 32 lower-case hex characters. */
+  /** The catalogue's row id, in decimal: unique within the workspace and never reused. */
   id: string;
   /** The file's encrypted path, for path-prefix filters. */
   path: string;
@@ -36,6 +36,8 @@ export interface BackendHit {
 }
 
 export interface IndexBackend {
+  /** Vector dimensions, fixed for the backend's lifetime. */
+  readonly dims: number;
   /** Stores the entries durably. Called before the catalogue records them. */
   write(entries: readonly BackendEntry[]): Promise<void>;
   /** Forgets entries the catalogue no longer holds. May be called again with ids already gone. */

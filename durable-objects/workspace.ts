@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
 import { parentOf } from "../protocol/merkle.js";
+import { loadIndexConfig } from "../workers/config.js";
 import {
   DiffRequest,
   EncryptedPath,
@@ -15,7 +16,9 @@ import {
 import { Catalogue } from "./catalogue.js";
 import { fuse } from "./fusion.js";
 import { MerkleStore } from "./merkle-store.js";
+import type { IndexBackend } from "./index-backend.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
+import { TurbopufferBackend } from "./turbopuffer-backend.js";
 
 const WorkspaceMeta = z.object({
   workspaceId: z.string().min(1),
@@ -82,6 +85,9 @@ const CANDIDATES_PER_RESULT = 4;
 const LEXICAL_WEIGHT = 2;
 /** Compaction waits for a burst of commits to settle. */
 const COMPACTION_DELAY_MS = 30_000;
+/** A removal a backend refused is tried again after this long. */
+const REMOVAL_RETRY_MS = 60_000;
+
 const MIN_CANDIDATES = 50;
 
 /** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
@@ -101,7 +107,7 @@ export class Workspace extends DurableObject<Env> {
   /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
   #tree: MerkleStore | null = null;
   #catalogue: Catalogue | null = null;
-  #backend: R2Backend | null = null;
+  #backend: IndexBackend | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -121,12 +127,16 @@ export class Workspace extends DurableObject<Env> {
          org_id TEXT NOT NULL,
          created_at TEXT NOT NULL,
          last_sync_at TEXT,
-         dims INTEGER
+         dims INTEGER,
+         backend TEXT
        )`,
     );
     const sql = this.ctx.storage.sql;
     const columns = sql.exec<{ name: string }>("PRAGMA table_info(meta)").toArray();
     if (!columns.some((c) => c.name === "dims")) sql.exec("ALTER TABLE meta ADD COLUMN dims INTEGER");
+    if (!columns.some((c) => c.name === "backend")) sql.exec("ALTER TABLE meta ADD COLUMN backend TEXT");
+    // Entries a lazily deleting backend still holds: removal is retried until it succeeds.
+    sql.exec("CREATE TABLE IF NOT EXISTS backend_removals (id INTEGER PRIMARY KEY)");
     // Index format 1 kept one table of chunks with their segments; its files are indexed again.
     if (sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chunks'").toArray().length) {
       sql.exec("DROP TABLE chunks");
@@ -134,11 +144,25 @@ export class Workspace extends DurableObject<Env> {
     }
     this.#tree = new MerkleStore(sql, (fn) => this.ctx.storage.transactionSync(fn));
     this.#catalogue = new Catalogue(sql);
-    const dims = sql.exec("SELECT dims FROM meta WHERE id = 1").toArray()[0]?.dims;
-    this.#backend = typeof dims === "number" ? this.#openBackend(dims) : null;
+    const row = sql.exec("SELECT dims, backend FROM meta WHERE id = 1").toArray()[0];
+    this.#backend = typeof row?.dims === "number" ? this.#openBackend(row.dims, String(row.backend ?? "r2")) : null;
   }
 
-  #openBackend(dims: number): R2Backend {
+  /**
+   * The workspace's index backend: chosen by INDEX_BACKEND when it first stores vectors and kept
+   * for its lifetime, so changing the setting affects new workspaces only.
+   */
+  #openBackend(dims: number, kind: string): IndexBackend {
+    if (kind === "turbopuffer") {
+      const config = loadIndexConfig(this.env);
+      return new TurbopufferBackend({
+        apiKey: config.TURBOPUFFER_API_KEY ?? "",
+        ...(config.TURBOPUFFER_BASE_URL ? { baseURL: config.TURBOPUFFER_BASE_URL } : {}),
+        ...(config.TURBOPUFFER_REGION ? { region: config.TURBOPUFFER_REGION } : {}),
+        namespace: `sextant-${this.ctx.id.toString()}`,
+        dims,
+      });
+    }
     return new R2Backend(
       this.ctx.storage.sql,
       (fn) => this.ctx.storage.transactionSync(fn),
@@ -199,8 +223,9 @@ export class Workspace extends DurableObject<Env> {
       const odd = vectors.find((v) => v.vector.length !== (backend?.dims ?? dims));
       if (odd) return { mismatch: { expected: backend?.dims ?? dims, got: odd.vector.length } };
       if (!backend) {
-        this.ctx.storage.sql.exec("UPDATE meta SET dims = ? WHERE id = 1", dims);
-        backend = this.#backend = this.#openBackend(dims);
+        const kind = loadIndexConfig(this.env).INDEX_BACKEND;
+        this.ctx.storage.sql.exec("UPDATE meta SET dims = ?, backend = ? WHERE id = 1", dims, kind);
+        backend = this.#backend = this.#openBackend(dims, kind);
       }
     }
     const first = vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
@@ -220,8 +245,8 @@ export class Workspace extends DurableObject<Env> {
       catalogue.insert(rows);
       return { totals: tree.apply(request.upserts, request.deletes), dropped };
     });
-    if (backend && dropped.length > 0) await backend.remove(dropped.map(String));
-    if (backend?.needsCompaction()) await this.#scheduleCompaction();
+    if (backend && dropped.length > 0) await this.#remove(backend, dropped);
+    if (backend instanceof R2Backend && backend.needsCompaction()) await this.#scheduleMaintenance();
     const now = new Date().toISOString();
     this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
     return {
@@ -280,29 +305,62 @@ export class Workspace extends DurableObject<Env> {
     return { protocol: SYNC_PROTOCOL, root, results };
   }
 
-  /** Compacts the index's segments; runs from the alarm a commit sets when there is work. */
+  /** Compacts the embedded backend's segments; runs from the alarm a commit sets when there is work. */
   async compact() {
-    if (!this.#backend) return null;
-    return this.#backend.compact();
+    return this.#backend instanceof R2Backend ? this.#backend.compact() : null;
   }
 
   /** Index and memory figures, for operators and benchmarks. */
   async indexStats() {
     if (!this.#tree || !this.#catalogue) return null;
-    return { chunks: this.#catalogue.count(), backend: this.#backend?.stats() ?? null };
+    const backend = this.#backend;
+    return {
+      chunks: this.#catalogue.count(),
+      kind: backend instanceof TurbopufferBackend ? "turbopuffer" : backend ? "r2" : null,
+      backend: backend instanceof R2Backend ? backend.stats() : null,
+      pendingRemovals: Number(this.ctx.storage.sql.exec("SELECT count(*) AS n FROM backend_removals").one().n),
+    };
   }
 
+  /** Retries removals a backend refused, and compacts. */
   override async alarm(): Promise<void> {
-    await this.#backend?.compact();
+    const backend = this.#backend;
+    if (!backend) return;
+    const pending = this.ctx.storage.sql
+      .exec<{ id: number }>("SELECT id FROM backend_removals LIMIT 10000")
+      .toArray()
+      .map((r) => r.id);
+    if (pending.length > 0) await this.#remove(backend, pending);
+    if (backend instanceof R2Backend) await backend.compact();
   }
 
-  async #scheduleCompaction(): Promise<void> {
-    if ((await this.ctx.storage.getAlarm()) === null) await this.ctx.storage.setAlarm(Date.now() + COMPACTION_DELAY_MS);
+  /** Removes entries from the backend; whatever it refuses is kept and retried by the alarm. */
+  async #remove(backend: IndexBackend, ids: number[]): Promise<void> {
+    try {
+      await backend.remove(ids.map(String));
+      for (let i = 0; i < ids.length; i += 90) {
+        const batch = ids.slice(i, i + 90);
+        this.ctx.storage.sql.exec(
+          `DELETE FROM backend_removals WHERE id IN (${batch.map(() => "?").join(",")})`,
+          ...batch,
+        );
+      }
+    } catch {
+      // Search already ignores these ids (the catalogue no longer holds them); only storage lingers.
+      for (const id of ids) this.ctx.storage.sql.exec("INSERT OR IGNORE INTO backend_removals (id) VALUES (?)", id);
+      await this.#scheduleMaintenance(REMOVAL_RETRY_MS);
+    }
+  }
+
+  async #scheduleMaintenance(delay = COMPACTION_DELAY_MS): Promise<void> {
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > Date.now() + delay) await this.ctx.storage.setAlarm(Date.now() + delay);
   }
 
   /** Wipes every byte this object holds; later capabilities keep all their state here too. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
+    if (this.#backend instanceof TurbopufferBackend) await this.#backend.destroy();
     // Every object under the workspace's prefix, whichever embedder or index format wrote it.
     await deletePrefix(this.env.INDEX, `workspaces/${this.ctx.id.toString()}`);
     await this.ctx.storage.deleteAll();

@@ -40,10 +40,33 @@ const EmbedderConfigSchema = z
 
 export type EmbedderConfig = z.infer<typeof EmbedderConfigSchema>;
 
+/**
+ * Where new workspaces keep their vectors: "r2" (the embedded default) or "turbopuffer", which
+ * needs the secret TURBOPUFFER_API_KEY. Validated apart, like the embedder's settings.
+ */
+const IndexConfigSchema = z
+  .object({
+    INDEX_BACKEND: z.enum(["r2", "turbopuffer"]).default("r2"),
+    TURBOPUFFER_API_KEY: optional(z.string().min(1)),
+    TURBOPUFFER_BASE_URL: optional(z.url({ protocol: /^https?$/ })),
+    TURBOPUFFER_REGION: optional(z.string().regex(/^[a-z0-9-]{1,64}$/)),
+  })
+  .superRefine((config, ctx) => {
+    if (config.INDEX_BACKEND === "turbopuffer" && !config.TURBOPUFFER_API_KEY)
+      ctx.addIssue({
+        code: "custom",
+        path: ["TURBOPUFFER_API_KEY"],
+        message: "required when INDEX_BACKEND is turbopuffer",
+      });
+  });
+
+export type IndexConfig = z.infer<typeof IndexConfigSchema>;
+
 export class ConfigError extends Error {}
 
 const parsed = new WeakMap<object, Config>();
 const parsedEmbedder = new WeakMap<object, EmbedderConfig>();
+const parsedIndex = new WeakMap<object, IndexConfig>();
 
 export function loadConfig(env: Env): Config {
   const cached = parsed.get(env);
@@ -67,5 +90,18 @@ export function loadEmbedderConfig(env: Env): EmbedderConfig {
     throw new ConfigError(`Invalid embedder settings: ${issues.join("; ")}`);
   }
   parsedEmbedder.set(env, result.data);
+  return result.data;
+}
+
+/** The index backend's settings, once per isolate; the error names each bad setting, never its value. */
+export function loadIndexConfig(env: Env): IndexConfig {
+  const cached = parsedIndex.get(env);
+  if (cached) return cached;
+  const result = IndexConfigSchema.safeParse(env);
+  if (!result.success) {
+    const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`Invalid index backend settings: ${issues.join("; ")}`);
+  }
+  parsedIndex.set(env, result.data);
   return result.data;
 }

@@ -1,8 +1,11 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
+import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
+import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
 import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
+import { reportTeammateClone, runTeammateClone } from "../../bench/teammate-clone.js";
 import { reportWatch, runWatchLatency } from "../../bench/watch-latency.js";
 
 /** A short run of each benchmark, so that CI notices when one breaks; the figures come from full runs. */
@@ -46,5 +49,32 @@ describe("benchmarks (smoke)", () => {
     const figures = await runWatchLatency(500, 3);
     expect(figures.p95).toBeGreaterThanOrEqual(figures.p50);
     expect(reportWatch(figures)).toContain("p95");
+  }, 180_000);
+
+  it("index-throughput reports chunks per second and splits the time between edge and device", async () => {
+    const figures = await runIndexThroughput(120);
+    expect(figures.files).toBe(121);
+    expect(figures.chunks).toBeGreaterThan(figures.files);
+    expect(figures.deviceChunks).toBe(figures.chunks);
+    expect(figures.requestMs).toBeGreaterThan(figures.objectMs);
+    expect(figures.wallMs).toBeGreaterThan(figures.requestMs);
+    expect(figures.deviceRunsMs).toHaveLength(2);
+    expect(reportThroughput(figures)).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
+  }, 180_000);
+
+  it("teammate-clone makes a clone searchable without uploading any chunk", async () => {
+    const figures = await runTeammateClone(80, 1);
+    expect(figures.chunks).toBeGreaterThan(80);
+    expect(figures.runs[0]).toMatchObject({ chunksUploaded: 0, strategy: "unchanged", roundTrips: 1 });
+    expect(figures.runs[0]!.totalMs).toBeGreaterThan(figures.runs[0]!.indexMs);
+    expect(reportTeammateClone(figures)).toContain("from nothing to a search hit");
+  }, 180_000);
+
+  it("edit-searchable measures saves until search ranks them first", async () => {
+    const figures = await runEditSearchable(80, 3, 50);
+    expect(figures.saves).toBe(3);
+    expect(figures.searchable.p95).toBeGreaterThanOrEqual(figures.searchable.p50);
+    expect(figures.synced.p50).toBeGreaterThan(0);
+    expect(reportEditSearchable(figures)).toContain("save to top search hit");
   }, 180_000);
 });

@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -79,6 +79,28 @@ export interface CliResult {
 }
 
 /** Runs the real `sextant` bin in a fresh process. */
+/**
+ * The real `sextant` bin, run asynchronously: for tests whose stand-ins answer from this process,
+ * which a synchronous spawn would block.
+ */
+export function sextantAsync(args: string[], env: Record<string, string> = {}): Promise<CliResult> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [join(ROOT, "client/bin/sextant.js"), ...args],
+      {
+        cwd: tmpdir(),
+        env: { ...process.env, SEXTANT_API_KEY: "", SEXTANT_BASE_URL: "", SEXTANT_ADMIN_SECRET: "", ...env },
+        maxBuffer: 64 * 2 ** 20,
+      },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === "number" ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
 export function sextant(args: string[], env: Record<string, string> = {}): CliResult {
   const result = spawnSync(process.execPath, [join(ROOT, "client/bin/sextant.js"), ...args], {
     cwd: tmpdir(),

@@ -10,6 +10,7 @@ import {
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { DimensionMismatch } from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
+import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
 import { embedderFor, embeddingProblem, EmbeddingError, type EmbedKind } from "../embedders/index.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "../db/workspaces.js";
@@ -108,6 +109,8 @@ export const workspaces = new Hono<AppEnv>()
     const body = await jsonBody(c, CommitRequest);
     const texts = body.upserts.flatMap((u) => u.chunks.map((chunk) => chunk.text));
     const keyBytes = texts.length > 0 ? vectorKeyBytes(c) : undefined;
+    // A misconfigured backend fails here, clearly, before anything is embedded.
+    if (texts.length > 0) loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
     // Embedded here, in the Worker, so the text and the key stop at this request.
     const { vectors, key } = keyBytes ? await embed(c, keyBytes, texts, "document") : { vectors: [], key: undefined };
@@ -135,6 +138,7 @@ export const workspaces = new Hono<AppEnv>()
   .post("/:id/search", async (c) => {
     const body = await jsonBody(c, SearchRequest);
     const keyBytes = vectorKeyBytes(c);
+    loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
     const { vectors, key } = await embed(c, keyBytes, [body.query], "query");
     const input = {

@@ -1,0 +1,183 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTree, writeTree } from "../support/fixture.js";
+import { freePort, sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
+import { scanDirectoryFor } from "../support/storage-scan.js";
+
+const MODEL = "standin-embed-768";
+const BATCH = 3;
+
+const FILES = {
+  "src/auth/revoke.ts": `/** Revokes an API key: marks it revoked and evicts it from the key cache. */
+export function revokeApiKey(keyId: string): void {
+  markKeyRevoked(keyId);
+  evictKeyFromCache(keyId);
+}
+`,
+  "src/render/table.ts": `/** Renders rows as a Markdown table. */
+export function renderMarkdownTable(rows: string[][]): string {
+  return rows.map((row) => "| " + row.join(" | ") + " |").join("\\n");
+}
+`,
+  "src/tree/merkle.py": `def compute_merkle_root(children):
+    """The Merkle root of a directory: the hash of its sorted children's hashes."""
+    return sha256(b"".join(sorted(children)))
+`,
+  "src/orbit/kepler.ts": `/** Solves Kepler's equation for the eccentric anomaly by Newton iteration. */
+export function solveKeplerEquation(meanAnomaly: number, eccentricity: number): number {
+  return meanAnomaly + eccentricity * Math.sin(meanAnomaly);
+}
+`,
+  "src/net/backoff.ts": `/** Exponential backoff with jitter between retries of a failed request. */
+export function backoffDelay(attempt: number): number {
+  return Math.min(30_000, 2 ** attempt * 500) * (0.75 + Math.random() / 4);
+}
+`,
+  "docs/billing.md": `# Billing
+
+Invoices are computed monthly from usage, with tax added per country.
+`,
+  "src/cache/lru.ts": `/** A least-recently-used cache with a fixed capacity. */
+export class LruCache<K, V> {
+  readonly #entries = new Map<K, V>();
+  constructor(readonly capacity: number) {}
+}
+`,
+};
+
+const sextant = sextantAsync;
+
+/**
+ * The real local edge configured with `EMBEDDER=openai` against the stand-in, driven by the real
+ * CLI: commits embed chunk texts in batches, searches embed the query, an outage of the embedding
+ * service fails `sextant index` clearly without leaving half a commit, and a workspace built by
+ * another embedder answers 409 until it is deleted and indexed again.
+ */
+describe("an OpenAI-compatible embedder behind the local edge", () => {
+  let standIn: OpenAIStandIn;
+  let edge: LocalEdge | undefined;
+  let port: number;
+  let env: Record<string, string>;
+  const cli = (args: string[]) => sextant(args, env);
+  const json = async (args: string[]) => {
+    const result = await cli(["--json", ...args]);
+    expect(result.code, result.stderr).toBe(0);
+    return JSON.parse(result.stdout);
+  };
+  const start = async (vars: Record<string, string> = {}) => {
+    await edge?.stop();
+    edge = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
+  };
+  const openai = () => ({
+    EMBEDDER: "openai",
+    EMBEDDING_BASE_URL: standIn.url,
+    EMBEDDING_MODEL: MODEL,
+    EMBEDDING_API_KEY: standIn.apiKey,
+    EMBEDDING_BATCH: String(BATCH),
+  });
+  /** A directory indexed while the edge still ran the built-in embedder. */
+  let builtinDir: string;
+
+  beforeAll(async () => {
+    standIn = await startOpenAIStandIn();
+    port = await freePort();
+    env = {
+      SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
+      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+      PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
+    };
+    await start();
+    builtinDir = makeTree({ "notes/orbit.ts": "export const orbitalPeriod = 90;" });
+    expect((await cli(["index", builtinDir])).code).toBe(0);
+  }, 180_000);
+  afterAll(async () => {
+    await edge?.stop();
+    await standIn?.close();
+  });
+
+  it("answers a clear 500 on the routes that embed when the settings are incomplete, and nowhere else", async () => {
+    await start({ EMBEDDER: "openai", EMBEDDING_BASE_URL: standIn.url });
+    const search = await cli(["search", "orbital period", builtinDir]);
+    expect(search.code).toBe(5);
+    expect(search.stderr).toContain("embedder is misconfigured");
+    expect(search.stderr).toContain("EMBEDDING_MODEL: required when EMBEDDER is openai");
+    expect(search.stderr).toContain("EMBEDDING_API_KEY: required when EMBEDDER is openai");
+    expect(search.stderr).toContain("[internal");
+    expect((await json(["workspace", "list"])).length).toBe(1);
+    expect((await json(["status", builtinDir])).inSync).toBe(true);
+  }, 120_000);
+
+  it("indexes through the embedding service in batches and finds the right file first", async () => {
+    await start(openai());
+    const dir = makeTree(FILES);
+    const before = standIn.requests.length;
+    const report = await json(["index", dir]);
+    expect(report).toMatchObject({ created: true, files: Object.keys(FILES).length, sync: { converged: true } });
+
+    const commits = standIn.requests.slice(before);
+    expect(commits.length).toBeGreaterThanOrEqual(Math.ceil(Object.keys(FILES).length / BATCH));
+    for (const request of commits) {
+      expect(request.status).toBe(200);
+      expect(request.inputs.length).toBeLessThanOrEqual(BATCH);
+      expect(request.headers.authorization).toBe(`Bearer ${standIn.apiKey}`);
+      expect(request.body).toMatchObject({ model: MODEL, encoding_format: "float" });
+    }
+    const sent = commits.flatMap((r) => r.inputs);
+    for (const name of ["revokeApiKey", "renderMarkdownTable", "compute_merkle_root", "LruCache", "Invoices"]) {
+      expect(sent.filter((text) => text.includes(name))).toHaveLength(1);
+    }
+
+    const asked = standIn.requests.length;
+    const hits = await json(["search", "revoke an api key and evict it from the cache", dir, "-k", "3"]);
+    expect(hits[0].path).toBe("src/auth/revoke.ts");
+    expect(standIn.requests.slice(asked).map((r) => r.inputs)).toEqual([
+      ["revoke an api key and evict it from the cache"],
+    ]);
+    expect((await json(["search", "solve kepler equation eccentric anomaly", dir, "-k", "1"]))[0].path).toBe(
+      "src/orbit/kepler.ts",
+    );
+    // The key and the text stop in the request, as with the built-in embedder.
+    expect(edge!.output()).not.toContain(standIn.apiKey);
+    const names = ["revokeApiKey", "evictKeyFromCache", "renderMarkdownTable", "compute_merkle_root"];
+    for (const name of names) expect(edge!.output()).not.toContain(name);
+    expect(scanDirectoryFor(env.PERSIST_TO!, [...names, standIn.apiKey])).toEqual([]);
+  }, 120_000);
+
+  it("fails `sextant index` clearly during an outage, commits nothing, and completes after recovery", async () => {
+    const dir = makeTree({ "a.ts": "export const alpha = 1;", "b.ts": "export const beta = 2;" });
+    expect((await cli(["index", dir])).code).toBe(0);
+    writeTree(dir, {
+      "a.ts": "export const alpha = 10;",
+      "c.ts": "/** Rotates the signing certificate. */\nexport function rotateCertificate() {}",
+    });
+
+    standIn.failNext(Infinity, 500);
+    const failed = await cli(["index", dir]);
+    expect(failed.code).toBe(5);
+    expect(failed.stderr).toContain("The embedding service failed (HTTP 500");
+    expect(failed.stderr).toContain("[upstream_failure");
+    const during = await json(["status", dir]);
+    expect(during).toMatchObject({ inSync: false, edge: { files: 2 } });
+
+    standIn.reset();
+    const recovered = await json(["index", dir]);
+    expect(recovered.sync.converged).toBe(true);
+    expect(await json(["status", dir])).toMatchObject({ inSync: true, edge: { files: 3 } });
+    expect((await json(["search", "rotate the signing certificate", dir, "-k", "1"]))[0].path).toBe("c.ts");
+  }, 120_000);
+
+  it("refuses a workspace indexed by another embedder with 409 until it is deleted and indexed again", async () => {
+    const refused = await cli(["search", "orbital period", builtinDir]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("512-dimensional embeddings");
+    expect(refused.stderr).toContain("Delete the workspace and index it again");
+    expect(refused.stderr).toContain("[conflict");
+
+    expect((await cli(["workspace", "delete", builtinDir, "--yes"])).code).toBe(0);
+    expect((await json(["index", builtinDir])).sync.converged).toBe(true);
+    expect((await json(["search", "orbital period", builtinDir, "-k", "1"]))[0].path).toBe("notes/orbit.ts");
+  }, 60_000);
+});

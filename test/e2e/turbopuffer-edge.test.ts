@@ -1,0 +1,76 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTree } from "../support/fixture.js";
+import { sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { scanDirectoryFor } from "../support/storage-scan.js";
+import { startTurbopufferStandIn, type TurbopufferStandIn } from "../support/turbopuffer-standin.js";
+
+/**
+ * INDEX_BACKEND=turbopuffer on the real local edge: the official client runs inside workerd's
+ * Durable Object and talks to the labelled local stand-in for Turbopuffer's hosted service.
+ */
+describe("Turbopuffer backend behind the local edge", () => {
+  let tpuf: TurbopufferStandIn;
+  let edge: LocalEdge;
+  let cli: (args: string[]) => ReturnType<typeof sextantAsync>;
+
+  beforeAll(async () => {
+    tpuf = await startTurbopufferStandIn({ apiKey: "tpuf_test_key_0123456789" });
+    edge = await startLocalEdge({
+      vars: { INDEX_BACKEND: "turbopuffer", TURBOPUFFER_BASE_URL: tpuf.url, TURBOPUFFER_API_KEY: tpuf.apiKey },
+    });
+    const env = {
+      SEXTANT_CONFIG_DIR: edge.configDir,
+      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+    };
+    cli = (args) => sextantAsync(args, env);
+  });
+  afterAll(async () => {
+    await edge?.stop();
+    await tpuf?.close();
+  });
+
+  it("indexes, searches, forgets a deleted file and deletes the namespace with the workspace", async () => {
+    const dir = makeTree({
+      "src/ephemeris.ts": "export function computeJulianEphemeris(epoch: number) { return epoch * 365.25; }\n",
+      "src/telescope.py": "def calibrate_telescope_mount(azimuth, altitude):\n    return azimuth + altitude\n",
+      "notes/observing.md": "Observing log: the nebula was faint tonight.\n",
+    });
+    const indexed = await cli(["--json", "index", dir]);
+    expect(indexed.code, indexed.stderr + edge.output().slice(-2000)).toBe(0);
+
+    const namespaces = new Set(tpuf.requests.map((r) => r.url.match(/namespaces\/([^/?]+)/)?.[1]).filter(Boolean));
+    expect(namespaces.size).toBe(1);
+    const namespace = [...namespaces][0]!;
+    expect(namespace).toMatch(/^sextant-[0-9a-f]{64}$/);
+    expect(tpuf.documents(namespace)).toHaveLength(3);
+
+    const search = async (query: string, extra: string[] = []) =>
+      JSON.parse((await cli(["--json", "search", query, dir, ...extra])).stdout) as { path: string }[];
+    expect((await search("calibrate the telescope mount"))[0]!.path).toBe("src/telescope.py");
+    expect((await search("julian ephemeris epoch", ["--lang", "typescript"])).map((h) => h.path)).toEqual([
+      "src/ephemeris.ts",
+    ]);
+    expect((await search("telescope", ["--within", "notes"])).map((h) => h.path)).toEqual(["notes/observing.md"]);
+
+    rmSync(join(dir, "src/telescope.py"));
+    expect((await cli(["index", dir])).code).toBe(0);
+    expect((await search("calibrate the telescope mount")).map((h) => h.path)).not.toContain("src/telescope.py");
+    expect(tpuf.documents(namespace)).toHaveLength(2);
+
+    // Nothing but encrypted paths, language codes, vectors and keyed term tokens went out.
+    const sent = JSON.stringify(tpuf.requests.map((r) => r.body));
+    for (const needle of ["ephemeris", "Julian", "telescope", "calibrate", "nebula", "observing", "src/"])
+      expect(sent.toLowerCase()).not.toContain(needle.toLowerCase());
+    // And the embedded backend's R2 prefix was never used.
+    expect(scanDirectoryFor(edge.persistTo, ["computeJulianEphemeris", "calibrate_telescope_mount", "nebula"])).toEqual(
+      [],
+    );
+
+    const deleted = await cli(["workspace", "delete", dir, "--yes"]);
+    expect(deleted.code, deleted.stderr).toBe(0);
+    expect(tpuf.documents(namespace)).toBeUndefined();
+  });
+});
