@@ -143,7 +143,7 @@ export class HotIndex {
     readonly dims: number,
     options: HotIndexOptions = {},
   ) {
-    if (dims % 8 !== 0) throw new Error("Dimensions must be a multiple of 8.");
+    if (dims % 32 !== 0) throw new Error("Dimensions must be a multiple of 32.");
     this.codeBytes = dims / 8;
     this.#int8Limit = Math.floor((options.int8BudgetBytes ?? 56 * 2 ** 20) / dims);
     this.#maxPostings = options.maxPostings ?? 6_000_000;
@@ -279,14 +279,17 @@ export class HotIndex {
     const filtered = filter.mask !== undefined || filter.language !== undefined;
     const pool = new TopK(this.#int8 ? Math.max(k * 16, 256) : k, this.#ids);
     let floor = -Infinity;
+    // Four code bytes per read: one typed-array load instead of four.
+    const words = new Uint32Array(codes.buffer, codes.byteOffset, codes.length >> 2);
+    const nw = nb >> 2;
     for (let slot = 0; slot < this.#n; slot++) {
       if (filtered ? !admit(slot) : alive[slot] !== 1) continue;
-      const base = slot * nb;
       let s0 = 0;
       let s1 = 0;
-      for (let b = 0; b < nb; b += 2) {
-        s0 += lut[(b << 8) | codes[base + b]!]!;
-        s1 += lut[((b + 1) << 8) | codes[base + b + 1]!]!;
+      for (let w = 0, at = slot * nw, t = 0; w < nw; w++, at++, t += 1024) {
+        const x = words[at]!;
+        s0 += lut[t | (x & 255)]! + lut[(t + 256) | ((x >>> 8) & 255)]!;
+        s1 += lut[(t + 512) | ((x >>> 16) & 255)]! + lut[(t + 768) | (x >>> 24)]!;
       }
       const score = (s0 + s1) * meanAbs[slot]!;
       if (score < floor) continue;

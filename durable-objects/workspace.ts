@@ -38,7 +38,7 @@ export type TreeCommit = z.infer<typeof TreeCommit>;
 const Vector = z
   .custom<Float32Array>((v) => v instanceof Float32Array, "must be a Float32Array")
   .refine(
-    (v) => v.length >= 8 && v.length <= 4096 && (v.length & (v.length - 1)) === 0,
+    (v) => v.length >= 32 && v.length <= 4096 && (v.length & (v.length - 1)) === 0,
     "dimensions must be a power of two",
   );
 const KeyedTerms = z.object({
