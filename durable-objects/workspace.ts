@@ -14,6 +14,7 @@ import {
   type TreeStatus,
 } from "../protocol/sync.js";
 import { Catalogue } from "./catalogue.js";
+import { VectorCache } from "./vector-cache.js";
 import { fuse } from "./fusion.js";
 import { MerkleStore } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
@@ -85,6 +86,8 @@ const CANDIDATES_PER_RESULT = 4;
 const LEXICAL_WEIGHT = 2;
 /** Compaction waits for a burst of commits to settle. */
 const COMPACTION_DELAY_MS = 30_000;
+/** Cached vectors of chunks no longer indexed are kept this long (a file moved back, a reverted edit). */
+const CACHE_RETENTION_MS = 14 * 24 * 3600 * 1000;
 /** A removal a backend refused is tried again after this long. */
 const REMOVAL_RETRY_MS = 60_000;
 
@@ -107,6 +110,7 @@ export class Workspace extends DurableObject<Env> {
   /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
   #tree: MerkleStore | null = null;
   #catalogue: Catalogue | null = null;
+  #cache: VectorCache | null = null;
   #backend: IndexBackend | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -144,6 +148,7 @@ export class Workspace extends DurableObject<Env> {
     }
     this.#tree = new MerkleStore(sql, (fn) => this.ctx.storage.transactionSync(fn));
     this.#catalogue = new Catalogue(sql);
+    this.#cache = new VectorCache(sql);
     const row = sql.exec("SELECT dims, backend FROM meta WHERE id = 1").toArray()[0];
     this.#backend = typeof row?.dims === "number" ? this.#openBackend(row.dims, String(row.backend ?? "r2")) : null;
   }
@@ -211,9 +216,14 @@ export class Workspace extends DurableObject<Env> {
    * catalogue, drops what they replace and commits the leaves, so the tree never claims a file
    * whose vectors are not stored. Replaying a commit changes nothing that search can see.
    */
-  async commit(input: TreeCommit, chunks: IndexedChunk[] = []): Promise<CommitResponse | DimensionMismatch | null> {
+  async commit(
+    input: TreeCommit,
+    chunks: IndexedChunk[] = [],
+    options: { cacheModel?: string } = {},
+  ): Promise<CommitResponse | DimensionMismatch | null> {
     const request = parse(TreeCommit, input, "commit");
     const vectors = parse(VectorChunks, chunks, "vectors");
+    const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
     if (!this.#tree || !this.#catalogue) return null;
     const tree = this.#tree;
     const catalogue = this.#catalogue;
@@ -243,6 +253,7 @@ export class Workspace extends DurableObject<Env> {
       dropped.push(...catalogue.removeExact([...ancestors]));
       dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
       catalogue.insert(rows);
+      if (cacheModel) this.#cache!.put(cacheModel, rows);
       return { totals: tree.apply(request.upserts, request.deletes), dropped };
     });
     if (backend && dropped.length > 0) await this.#remove(backend, dropped);
@@ -305,6 +316,24 @@ export class Workspace extends DurableObject<Env> {
     return { protocol: SYNC_PROTOCOL, root, results };
   }
 
+  /**
+   * The cached rotated vectors for these keyed chunk ids and model, null where there is none (or
+   * null for all when the workspace does not exist).
+   */
+  async cachedVectors(model: string, ids: string[]): Promise<(Float32Array | null)[] | null> {
+    const parsed = parse(
+      z.object({ model: z.string().min(1).max(200), ids: z.array(Hash).max(100_000) }),
+      { model, ids },
+      "cache lookup",
+    );
+    if (!this.#cache) return null;
+    // A model whose size changed under the same name is a miss, not a mismatch.
+    const dims = this.#backend?.dims;
+    return this.#cache
+      .get(parsed.model, parsed.ids)
+      .map((v) => (v && dims !== undefined && v.length !== dims ? null : v));
+  }
+
   /** Compacts the embedded backend's segments; runs from the alarm a commit sets when there is work. */
   async compact() {
     return this.#backend instanceof R2Backend ? this.#backend.compact() : null;
@@ -332,6 +361,7 @@ export class Workspace extends DurableObject<Env> {
       .map((r) => r.id);
     if (pending.length > 0) await this.#remove(backend, pending);
     if (backend instanceof R2Backend) await backend.compact();
+    this.#cache?.prune(Date.now() - CACHE_RETENTION_MS);
   }
 
   /** Removes entries from the backend; whatever it refuses is kept and retried by the alarm. */
@@ -366,6 +396,7 @@ export class Workspace extends DurableObject<Env> {
     await this.ctx.storage.deleteAll();
     this.#tree = null;
     this.#catalogue = null;
+    this.#cache = null;
     this.#backend = null;
   }
 

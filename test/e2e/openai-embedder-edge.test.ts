@@ -1,4 +1,4 @@
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -167,6 +167,40 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
     expect(recovered.sync.converged).toBe(true);
     expect(await json(["status", dir])).toMatchObject({ inSync: true, edge: { files: 3 } });
     expect((await json(["search", "rotate the signing certificate", dir, "-k", "1"]))[0].path).toBe("c.ts");
+  }, 120_000);
+
+  it("embeds only what the workspace has not seen: an edited function, not its unchanged neighbours or a moved file", async () => {
+    const body = (name: string, extra = "") =>
+      `export function ${name}(samples: number[]): number {\n` +
+      Array.from(
+        { length: 18 },
+        (_, i) => `  const step${i} = samples.length * ${i + 1} + ${name.length}; ${extra}\n`,
+      ).join("") +
+      `  return samples.reduce((a, b) => a + b, 0);\n}\n`;
+    const names = ["integrateOrbit", "propagateKepler", "refineEphemeris", "solveLambert"];
+    const source = (changed?: string) => names.map((n) => body(n, n === changed ? "// revised" : "")).join("\n");
+    const dir = makeTree({ "src/astro/mechanics.ts": source() });
+    const sentSince = (from: number) => standIn.requests.slice(from).flatMap((r) => r.inputs);
+
+    let from = standIn.requests.length;
+    await json(["index", dir]);
+    const first = sentSince(from);
+    expect(first.length).toBeGreaterThanOrEqual(4);
+
+    from = standIn.requests.length;
+    writeTree(dir, { "src/astro/mechanics.ts": source("propagateKepler") });
+    await json(["index", dir]);
+    const second = sentSince(from);
+    expect(second).toHaveLength(1);
+    expect(second[0]).toContain("propagateKepler");
+
+    from = standIn.requests.length;
+    rmSync(join(dir, "src/astro/mechanics.ts"));
+    writeTree(dir, { "lib/orbits.ts": source("propagateKepler") });
+    await json(["index", dir]);
+    expect(sentSince(from)).toEqual([]);
+    const hits = await json(["search", "refine the ephemeris", dir, "-k", "1"]);
+    expect(hits[0].path).toBe("lib/orbits.ts");
   }, 120_000);
 
   it("refuses a workspace indexed by another embedder with 409 until it is deleted and indexed again", async () => {

@@ -18,6 +18,8 @@ import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 import { vectorKey, vectorKeyBytes } from "../vector-key.js";
+import { TermKey } from "../../protocol/keyed-terms.js";
+import { BUILTIN_MODEL } from "../../protocol/embedder/builtin.js";
 
 const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}\` in your org.`);
 
@@ -69,6 +71,40 @@ async function embed(c: Context<AppEnv>, keyBytes: Uint8Array, texts: string[], 
   return { vectors, key: vectorKey(keyBytes, embedder.dims) };
 }
 
+/**
+ * The rotated vector of every chunk: from the workspace's embedding cache where it already holds
+ * one for the same keyed chunk id and model (a moved file, the unchanged functions of an edited
+ * one), embedded otherwise. The cache is used with remote embedders only: the built-in embedder
+ * is cheaper than the lookup.
+ */
+async function chunkVectors(
+  c: Context<AppEnv>,
+  stub: ReturnType<typeof workspaceStub>,
+  keyBytes: Uint8Array,
+  chunks: { id: string; text: string }[],
+): Promise<{ vectors: Float32Array[]; cacheModel: string | undefined; reused: number }> {
+  const embedder = embedderFor(c.env, c.var.requestId);
+  const cacheModel = embedder.model === BUILTIN_MODEL ? undefined : embedder.model;
+  const cached = cacheModel
+    ? ((await stub.cachedVectors(
+        cacheModel,
+        chunks.map((ch) => ch.id),
+      )) ?? [])
+    : [];
+  const missing = chunks.flatMap((_, i) => (cached[i] ? [] : [i]));
+  const vectors = chunks.map((_, i) => cached[i] ?? null);
+  if (missing.length > 0) {
+    const fresh = await embed(
+      c,
+      keyBytes,
+      missing.map((i) => chunks[i]!.text),
+      "document",
+    );
+    missing.forEach((i, j) => (vectors[i] = fresh.key.rotation.apply(fresh.vectors[j]!)));
+  }
+  return { vectors: vectors as Float32Array[], cacheModel, reused: chunks.length - missing.length };
+}
+
 export const workspaces = new Hono<AppEnv>()
   .use(requireApiKey)
   .post("/", async (c) => {
@@ -113,7 +149,11 @@ export const workspaces = new Hono<AppEnv>()
     if (texts.length > 0) loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
     // Embedded here, in the Worker, so the text and the key stop at this request.
-    const { vectors, key } = keyBytes ? await embed(c, keyBytes, texts, "document") : { vectors: [], key: undefined };
+    const uploaded = body.upserts.flatMap((u) => u.chunks);
+    const { vectors, cacheModel, reused } = keyBytes
+      ? await chunkVectors(c, stub, keyBytes, uploaded)
+      : { vectors: [], cacheModel: undefined, reused: 0 };
+    const terms = keyBytes ? new TermKey(keyBytes) : undefined;
     let next = 0;
     const chunks = body.upserts.flatMap((u) =>
       u.chunks.map((chunk) => ({
@@ -122,16 +162,20 @@ export const workspaces = new Hono<AppEnv>()
         startLine: chunk.startLine,
         endLine: chunk.endLine,
         language: u.language,
-        vector: key!.rotation.apply(vectors[next++]!),
-        terms: key!.terms.terms(chunk.text),
+        vector: vectors[next++]!,
+        terms: terms!.terms(chunk.text),
       })),
     );
+    if (uploaded.length > 0) c.header("Sextant-Embeddings", `embedded=${uploaded.length - reused}, reused=${reused}`);
     const tree = { upserts: body.upserts.map(({ path, hash, size }) => ({ path, hash, size })), deletes: body.deletes };
     return c.json(
       await timed(
         c,
         workspace.id,
-        () => stub.commit(tree, chunks) as Promise<CommitResponse | DimensionMismatch | null>,
+        () =>
+          stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<
+            CommitResponse | DimensionMismatch | null
+          >,
       ),
     );
   })
