@@ -83,7 +83,7 @@ const CANDIDATES_PER_RESULT = 4;
  * exact where the built-in embedder's hashed features collide. Chosen on the eval's codebases
  * (npm run eval); lodash and date-fns are held out of that choice.
  */
-const LEXICAL_WEIGHT = 2;
+const LEXICAL_WEIGHT = 3;
 /** Compaction waits for a burst of commits to settle. */
 const COMPACTION_DELAY_MS = 30_000;
 /** Cached vectors of chunks no longer indexed are kept this long (a file moved back, a reverted edit). */

@@ -13,6 +13,8 @@ const CONCURRENCY = 4;
 export interface QueryResult extends EvalQuery {
   sextant: { rank: number | null; results: ScoredResult[] };
   bm25: { rank: number | null; results: ScoredResult[] };
+  /** BM25 with each chunk's file path in its text: the words Sextant's keyed path terms give it. */
+  bm25Path: { rank: number | null; results: ScoredResult[] };
 }
 
 export interface CodebaseReport extends CodebaseResult {
@@ -65,16 +67,21 @@ export async function evaluateCodebase(
   log(`${codebase.label}: ${chunks.length} chunks indexed; asking ${queries.length} queries`);
 
   const bm25 = new Bm25Index(chunks.map((c) => c.text));
-  const results = await mapPool(queries, CONCURRENCY, async (query): Promise<QueryResult> => {
-    const fromSextant = await searchSextant(session.sextant, ws, query.text, TOP_K);
-    const fromBm25 = bm25.search(query.text, TOP_K).map(({ doc, score }) => {
+  const bm25Path = new Bm25Index(chunks.map((c) => `${c.path}\n${c.text}`));
+  const ranked = (index: Bm25Index, text: string) =>
+    index.search(text, TOP_K).map(({ doc, score }) => {
       const { path, startLine, endLine } = chunks[doc]!;
       return { path, startLine, endLine, score };
     });
+  const results = await mapPool(queries, CONCURRENCY, async (query): Promise<QueryResult> => {
+    const fromSextant = await searchSextant(session.sextant, ws, query.text, TOP_K);
+    const fromBm25 = ranked(bm25, query.text);
+    const fromBm25Path = ranked(bm25Path, query.text);
     return {
       ...query,
       sextant: { rank: firstHit(fromSextant, query.targets, TOP_K), results: fromSextant },
       bm25: { rank: firstHit(fromBm25, query.targets, TOP_K), results: fromBm25 },
+      bm25Path: { rank: firstHit(fromBm25Path, query.targets, TOP_K), results: fromBm25Path },
     };
   });
   return {
@@ -83,6 +90,7 @@ export async function evaluateCodebase(
     chunks: chunks.length,
     sextant: score(results.map((r) => r.sextant.rank)),
     bm25: score(results.map((r) => r.bm25.rank)),
+    bm25Path: score(results.map((r) => r.bm25Path.rank)),
     documented: {
       queries: corpus.queries.length,
       tooShort: corpus.tooShort,

@@ -7,6 +7,8 @@ export interface CodebaseResult {
   chunks: number;
   sextant: Scores;
   bm25: Scores;
+  /** BM25 that also sees each chunk's file path: a second baseline, beside the one the bar is set on. */
+  bm25Path: Scores;
 }
 
 /** Sextant's MRR@10 over BM25's; null when BM25 answered nothing (a ratio without a meaning). */
@@ -36,6 +38,8 @@ export function formatTable(results: readonly CodebaseResult[], overall: Codebas
     ...SCORE_COLUMNS.map((c) => `Sextant ${c}`),
     ...SCORE_COLUMNS.map((c) => `BM25 ${c}`),
     "MRR ratio",
+    "BM25+path MRR@10",
+    "ratio",
   ];
   const row = (r: CodebaseResult) => {
     const ratio = mrrRatio(r);
@@ -48,6 +52,10 @@ export function formatTable(results: readonly CodebaseResult[], overall: Codebas
       ...scoreCells(r.bm25),
       // Rounded down, so a ratio just under the bar never prints as reaching it.
       ratio === null ? "n/a" : `${(Math.floor(ratio * 100) / 100).toFixed(2)}x`,
+      f3(r.bm25Path.mrrAt10),
+      r.bm25Path.mrrAt10 > 0
+        ? `${(Math.floor((r.sextant.mrrAt10 / r.bm25Path.mrrAt10) * 100) / 100).toFixed(2)}x`
+        : "n/a",
     ];
   };
   return table([header, ...results.map(row), ...(results.length > 1 ? [row(overall)] : [])]);

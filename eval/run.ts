@@ -87,6 +87,7 @@ function overall(reports: readonly CodebaseReport[]): CodebaseResult {
     chunks: reports.reduce((n, r) => n + r.chunks, 0),
     sextant: score(all.map((q) => q.sextant.rank)),
     bm25: score(all.map((q) => q.bm25.rank)),
+    bm25Path: score(all.map((q) => q.bm25Path.rank)),
   };
 }
 

@@ -47,6 +47,15 @@ export class TermKey {
     return { ids: Uint32Array.from(entries, (e) => e[0]), counts: Uint16Array.from(entries, (e) => e[1]) };
   }
 
+  /** `counts` with each of `extra` counted once more (a file's path terms added to its chunks). */
+  static withExtra(counts: TermCounts, extra: readonly number[]): TermCounts {
+    if (extra.length === 0) return counts;
+    const merged = new Map<number, number>();
+    counts.ids.forEach((id, i) => merged.set(id, counts.counts[i]!));
+    for (const id of extra) merged.set(id, Math.min(MAX_COUNT, (merged.get(id) ?? 0) + 1));
+    return { ids: Uint32Array.from(merged.keys()), counts: Uint16Array.from(merged.values()) };
+  }
+
   /** A query's distinct keyed terms. */
   query(text: string): number[] {
     return [...new Set(tokenize(text).map(({ term }) => this.id(term)))];

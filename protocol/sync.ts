@@ -12,6 +12,7 @@ export const SYNC_PROTOCOL = 2;
 export const VECTOR_KEY_HEADER = "Sextant-Vector-Key";
 export const MAX_CHUNK_CHARS = 8000;
 export const MAX_QUERY_CHARS = 2000;
+export const MAX_PATH_TERMS = 64;
 
 /** An encrypted segment: base64url of at least a 16-byte tag and a 16-byte block. */
 export const SEGMENT = /^[A-Za-z0-9_-]{43,400}$/;
@@ -88,6 +89,11 @@ export const Upsert = z.strictObject({
   size: z.number().int().nonnegative(),
   /** The file's language, for search filters; "text" when it has no grammar. */
   language: Language.default("text"),
+  /**
+   * Keyed ids of the words of the file's path (see keyed-terms.ts), computed on the device: the
+   * lexical channel matches a query's words against the path without the path leaving in the clear.
+   */
+  pathTerms: z.array(z.number().int().min(0).max(0xffffffff)).max(MAX_PATH_TERMS).default([]),
   chunks: z.array(ChunkUpload).max(2000).default([]),
 });
 export type Upsert = z.input<typeof Upsert>;

@@ -1,5 +1,6 @@
 import { Lazy } from "./lazy.js";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+import { TermKey } from "../../protocol/keyed-terms.js";
 
 /**
  * Everything that keeps a workspace private is derived from one 32-byte secret that never leaves
@@ -17,6 +18,8 @@ export class WorkspaceSecret {
   readonly #chunkKey: Buffer;
   /** The 32-byte key for the edge's vector transform, base64url: sent per request, never stored there. */
   readonly vectorKey: string;
+  /** Keyed ids of the words in paths, for the edge's lexical channel; the path itself never leaves. */
+  readonly pathTerms: TermKey;
   /** Identifies the secret (not secret itself): caches made under another secret are discarded. */
   readonly fingerprint: string;
   #encrypted = new Map<string, string>();
@@ -30,7 +33,9 @@ export class WorkspaceSecret {
     this.#macKey = derive("sextant path-siv v1");
     this.#contentKey = derive("sextant content-mac v1");
     this.#chunkKey = derive("sextant chunk-id v1");
-    this.vectorKey = derive("sextant vector key v1").toString("base64url");
+    const vectorKey = derive("sextant vector key v1");
+    this.vectorKey = vectorKey.toString("base64url");
+    this.pathTerms = new TermKey(vectorKey);
     this.fingerprint = derive("sextant fingerprint v1").subarray(0, 12).toString("base64url");
   }
 

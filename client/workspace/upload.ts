@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Language, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
+import { Language, MAX_PATH_TERMS, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
 import { chunkFile } from "../index/chunker.js";
 import { languageOf } from "../index/languages.js";
 import { findSecrets, redact } from "../index/secrets.js";
@@ -45,7 +45,14 @@ export async function prepareUpload(
   const bytes = entry.path.length + 120 + chunks.reduce((n, c) => n + c.text.length * 1.1 + 120, 0);
   const language: Language = Language.safeParse(languageOf(entry.plain)).data ?? "text";
   return {
-    upsert: { path: entry.path, hash, size: content.length, language, chunks },
+    upsert: {
+      path: entry.path,
+      hash,
+      size: content.length,
+      language,
+      pathTerms: secret.pathTerms.query(entry.plain).slice(0, MAX_PATH_TERMS),
+      chunks,
+    },
     withheld: secrets.length,
     bytes,
   };

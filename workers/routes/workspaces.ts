@@ -163,7 +163,7 @@ export const workspaces = new Hono<AppEnv>()
         endLine: chunk.endLine,
         language: u.language,
         vector: vectors[next++]!,
-        terms: terms!.terms(chunk.text),
+        terms: TermKey.withExtra(terms!.terms(chunk.text), u.pathTerms),
       })),
     );
     if (uploaded.length > 0) c.header("Sextant-Embeddings", `embedded=${uploaded.length - reused}, reused=${reused}`);
