@@ -19,7 +19,7 @@ import { fuse } from "./fusion.js";
 import { MerkleStore } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
-import { TurbopufferBackend } from "./turbopuffer-backend.js";
+import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
 
 const WorkspaceMeta = z.object({
   workspaceId: z.string().min(1),
@@ -74,6 +74,15 @@ export type SearchInput = z.input<typeof SearchInput>;
 /** A commit or search whose vectors do not match the dimensions the workspace was indexed with. */
 export interface DimensionMismatch {
   mismatch: { expected: number; got: number };
+}
+
+/** A hosted index backend failed; the route answers 502 or 504, and nothing was committed. */
+export interface BackendFailure {
+  backendFailure: { timedOut: boolean; message: string };
+}
+
+function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFailure"] {
+  return { timedOut: err.timedOut, message: err.message };
 }
 
 /** Candidates each channel contributes to fusion, per result asked for. */
@@ -166,6 +175,10 @@ export class Workspace extends DurableObject<Env> {
         ...(config.TURBOPUFFER_REGION ? { region: config.TURBOPUFFER_REGION } : {}),
         namespace: `sextant-${this.ctx.id.toString()}`,
         dims,
+        // Two retries within 20 s each: a search or commit fails within about a minute when the service
+        // is down, inside the client's own timeout, and the client's sync retries later.
+        maxRetries: 2,
+        timeout: 20_000,
       });
     }
     return new R2Backend(
@@ -220,7 +233,7 @@ export class Workspace extends DurableObject<Env> {
     input: TreeCommit,
     chunks: IndexedChunk[] = [],
     options: { cacheModel?: string } = {},
-  ): Promise<CommitResponse | DimensionMismatch | null> {
+  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | null> {
     const request = parse(TreeCommit, input, "commit");
     const vectors = parse(VectorChunks, chunks, "vectors");
     const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
@@ -241,9 +254,15 @@ export class Workspace extends DurableObject<Env> {
     const first = vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
     const rows = vectors.map((v, i) => ({ ...v, id: first + i }));
     if (backend && rows.length > 0) {
-      await backend.write(
-        rows.map((r) => ({ id: String(r.id), path: r.path, language: r.language, vector: r.vector, terms: r.terms })),
-      );
+      try {
+        await backend.write(
+          rows.map((r) => ({ id: String(r.id), path: r.path, language: r.language, vector: r.vector, terms: r.terms })),
+        );
+      } catch (err) {
+        // Nothing is committed: the tree still lacks these files, so the next sync sends them again.
+        if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
+        throw err;
+      }
     }
     const { totals, dropped } = this.ctx.storage.transactionSync(() => {
       const dropped = catalogue.removePaths(request.deletes);
@@ -275,7 +294,7 @@ export class Workspace extends DurableObject<Env> {
    * fused by reciprocal rank; hits the catalogue no longer holds are dropped. The score returned
    * is the fused score.
    */
-  async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | null> {
+  async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | BackendFailure | null> {
     const query = parse(SearchInput, input, "search");
     if (!this.#tree || !this.#catalogue) return null;
     const root = this.#tree.totals().root;
@@ -287,10 +306,16 @@ export class Workspace extends DurableObject<Env> {
       ...(query.language ? { language: query.language } : {}),
     };
     const n = Math.max(MIN_CANDIDATES, query.topK * CANDIDATES_PER_RESULT);
-    const [byVector, byTerms] = await Promise.all([
-      backend.queryVector(query.vector, n, filter),
-      query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
-    ]);
+    let byVector, byTerms;
+    try {
+      [byVector, byTerms] = await Promise.all([
+        backend.queryVector(query.vector, n, filter),
+        query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
+      ]);
+    } catch (err) {
+      if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
+      throw err;
+    }
     const fused = fuse([
       { ids: byVector.map((h) => h.id), weight: 1 },
       { ids: byTerms.map((h) => h.id), weight: LEXICAL_WEIGHT },

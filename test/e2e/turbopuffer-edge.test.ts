@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeTree } from "../support/fixture.js";
+import { makeTree, writeTree } from "../support/fixture.js";
 import { sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 import { startTurbopufferStandIn, type TurbopufferStandIn } from "../support/turbopuffer-standin.js";
@@ -69,8 +69,21 @@ describe("Turbopuffer backend behind the local edge", () => {
       [],
     );
 
+    // Turbopuffer down: search and index fail with a clear 502, nothing half-committed; then recovery.
+    tpuf.failNext(10_000, 500);
+    const failedSearch = await cli(["--json", "search", "telescope", dir]);
+    expect(failedSearch.code).not.toBe(0);
+    expect(failedSearch.stderr).toContain("upstream_failure");
+    writeTree(dir, { "src/orbit.ts": "export const perihelionDistanceAu = 0.983;\n" });
+    const failedIndex = await cli(["index", dir]);
+    expect(failedIndex.code).not.toBe(0);
+    expect(failedIndex.stderr).toContain("upstream_failure");
+    tpuf.failNext(0, 500);
+    expect((await cli(["index", dir])).code).toBe(0);
+    expect((await search("perihelion distance"))[0]!.path).toBe("src/orbit.ts");
+
     const deleted = await cli(["workspace", "delete", dir, "--yes"]);
     expect(deleted.code, deleted.stderr).toBe(0);
     expect(tpuf.documents(namespace)).toBeUndefined();
-  });
+  }, 180_000);
 });

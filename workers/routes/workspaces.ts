@@ -8,7 +8,7 @@ import {
   type SearchResponse,
 } from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
-import type { DimensionMismatch } from "../../durable-objects/workspace.js";
+import type { BackendFailure, DimensionMismatch } from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
@@ -39,7 +39,7 @@ async function timed<T extends object>(
   c: Context<AppEnv>,
   id: string,
   call: () => Promise<T | null>,
-): Promise<Exclude<T, DimensionMismatch>> {
+): Promise<Exclude<T, DimensionMismatch | BackendFailure>> {
   const started = performance.now();
   const result = await call();
   c.header("Server-Timing", `workspace;dur=${(performance.now() - started).toFixed(1)}`);
@@ -51,7 +51,15 @@ async function timed<T extends object>(
       `Workspace \`${id}\` was indexed with ${expected}-dimensional embeddings; this edge's embedder makes ${got}. Delete the workspace and index it again to switch embedders.`,
     );
   }
-  return result as Exclude<T, DimensionMismatch>;
+  if ("backendFailure" in result) {
+    const { timedOut, message } = (result as BackendFailure).backendFailure;
+    console.error(JSON.stringify({ level: "error", requestId: c.var.requestId, message }));
+    throw new ApiError(
+      timedOut ? "upstream_timeout" : "upstream_failure",
+      timedOut ? "The index backend did not answer in time; retry." : "The index backend failed; retry.",
+    );
+  }
+  return result as Exclude<T, DimensionMismatch | BackendFailure>;
 }
 
 /**
@@ -174,7 +182,7 @@ export const workspaces = new Hono<AppEnv>()
         workspace.id,
         () =>
           stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<
-            CommitResponse | DimensionMismatch | null
+            CommitResponse | DimensionMismatch | BackendFailure | null
           >,
       ),
     );
@@ -193,6 +201,10 @@ export const workspaces = new Hono<AppEnv>()
       ...(body.language ? { language: body.language } : {}),
     };
     return c.json(
-      await timed(c, workspace.id, () => stub.search(input) as Promise<SearchResponse | DimensionMismatch | null>),
+      await timed(
+        c,
+        workspace.id,
+        () => stub.search(input) as Promise<SearchResponse | DimensionMismatch | BackendFailure | null>,
+      ),
     );
   });
