@@ -11,7 +11,7 @@
  */
 import { spawn } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { appendFileSync, mkdtempSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -38,25 +38,18 @@ export interface EditFigures {
   searchMs: number;
 }
 
-/** A word no vocabulary has: random syllables, so each run's saves are new to the index. */
+/** Two consonants by sixteen vowels and codas: 32 syllables, so 6 of them carry 30 random bits. */
+const SYLLABLES = ["z", "v"].flatMap((c) =>
+  ["a", "e", "i", "o", "u", "y", "ae", "ou", "ar", "el", "ix", "om", "ut", "yn", "ep", "ob"].map((v) => c + v),
+);
+
+/**
+ * A word no vocabulary has and no earlier save used: with 30 random bits, two saves share a word
+ * about once in a billion, where a shared word would let an older save compete for the top hit.
+ */
 function inventedWord(): string {
-  const syllables = [
-    "zor",
-    "vak",
-    "quel",
-    "trin",
-    "mox",
-    "plu",
-    "dra",
-    "vin",
-    "kes",
-    "yul",
-    "bre",
-    "gax",
-    "fen",
-    "hob",
-  ];
-  return Array.from({ length: 3 }, () => syllables[randomInt(syllables.length)]!).join("");
+  const bits = randomInt(2 ** 30);
+  return Array.from({ length: 6 }, (_, k) => SYLLABLES[(bits >>> (5 * k)) & 31]!).join("");
 }
 
 const summary = (values: number[]) => ({
@@ -119,6 +112,8 @@ export async function runEditSearchable(count: number, saves: number, debounceMs
   const tree = generateCodeTree(join(tmpdir(), `sextant-bench-edit-${count}`), count);
   const edge = await startLocalEdge();
   let watcher: ReturnType<typeof startWatcher> | undefined;
+  // The tree is reused between runs: each save is undone at the end, so every run starts from the same files.
+  const originals = new Map<string, Buffer>();
   try {
     const env = {
       SEXTANT_CONFIG_DIR: edge.configDir,
@@ -144,6 +139,7 @@ export async function runEditSearchable(count: number, saves: number, debounceMs
     for (let i = 0; i < saves; i++) {
       const path = tree.files[(i * 7919 + 3) % tree.files.length]!;
       const { name, text, query } = newFunction(path);
+      if (!originals.has(path)) originals.set(path, readFileSync(join(tree.root, path)));
       const before = syncs.length;
       const savedAt = performance.now();
       appendFileSync(join(tree.root, path), text);
@@ -157,7 +153,13 @@ export async function runEditSearchable(count: number, saves: number, debounceMs
           searchable.push(answered - savedAt);
           break;
         }
-        if (answered - savedAt > 60_000) throw new Error(`save ${i} (${path}) never became searchable`);
+        if (answered - savedAt > 60_000) {
+          const seen = hits.map((h) => `${h.path}:${h.startLine}-${h.endLine}${h.stale ? " stale" : ""}`);
+          const after = syncs.slice(before).map((s) => s.changed);
+          throw new Error(
+            `save ${i} (${name} in ${path}) never became searchable; hits ${seen.join(", ")}; syncs since, files changed: ${after.join(", ")}`,
+          );
+        }
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
       const landed = () => syncs.slice(before).find((s) => s.changed > 0);
@@ -177,6 +179,7 @@ export async function runEditSearchable(count: number, saves: number, debounceMs
     };
   } finally {
     await watcher?.stop();
+    for (const [path, content] of originals) writeFileSync(join(tree.root, path), content);
     await edge.stop();
   }
 }
