@@ -6,7 +6,7 @@
 import { hkdf } from "@noble/hashes/hkdf.js";
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
-import { tokenize } from "./embedder/tokens.js";
+import { Tokenizer } from "./embedder/tokens.js";
 
 export interface TermCounts {
   ids: Uint32Array;
@@ -20,6 +20,7 @@ export const MAX_TERMS_PER_CHUNK = 512;
 export class TermKey {
   readonly #key: Uint8Array;
   readonly #memo = new Map<string, number>();
+  readonly #tokenizer = new Tokenizer();
 
   constructor(vectorKey: Uint8Array) {
     this.#key = hkdf(sha256, vectorKey, new Uint8Array(0), new TextEncoder().encode("sextant lexical terms v1"), 32);
@@ -39,7 +40,7 @@ export class TermKey {
   /** A chunk's keyed terms with their counts (whole-name tokens included, as the embedder sees them). */
   terms(text: string): TermCounts {
     const counts = new Map<number, number>();
-    for (const { term } of tokenize(text)) {
+    for (const { term } of this.#tokenizer.tokenize(text)) {
       const id = this.id(term);
       counts.set(id, Math.min(MAX_COUNT, (counts.get(id) ?? 0) + 1));
     }
@@ -58,6 +59,6 @@ export class TermKey {
 
   /** A query's distinct keyed terms. */
   query(text: string): number[] {
-    return [...new Set(tokenize(text).map(({ term }) => this.id(term)))];
+    return [...new Set(this.#tokenizer.tokenize(text).map(({ term }) => this.id(term)))];
   }
 }

@@ -209,6 +209,9 @@ async function commitAll(
   let next = 0;
   let done = 0;
   let pending: PreparedUpload | undefined;
+  // One commit in flight while the next batch is prepared: the device's reading, secret scanning and
+  // chunking overlap the edge's embedding and storing instead of waiting for it.
+  let inFlight: Promise<void> | undefined;
   while (deletes.length > 0 || next < changes.upserts.length || pending) {
     // Deletions first, then files in batches bounded by entries and by bytes (chunk text included).
     const batchDeletes = deletes.slice(0, MAX_COMMIT_ENTRIES);
@@ -228,16 +231,21 @@ async function commitAll(
       report.secretsWithheld += pending.withheld;
       pending = undefined;
     }
-    const result = await call(
+    if (inFlight) await inFlight;
+    inFlight = call(
       options.sextant.workspaces.commit(
         options.workspaceId,
         { protocol: SYNC_PROTOCOL, upserts, deletes: batchDeletes },
         { vectorKey: options.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
       ),
-    );
-    root = result.root;
-    done += upserts.length + batchDeletes.length;
-    options.onProgress?.({ phase: "upload", done, total });
+    ).then((result) => {
+      root = result.root;
+      done += upserts.length + batchDeletes.length;
+      options.onProgress?.({ phase: "upload", done, total });
+    });
+    // Awaited before the next commit or the return; until then a failure must not count as unhandled.
+    inFlight.catch(() => {});
   }
+  if (inFlight) await inFlight;
   return root;
 }

@@ -1,4 +1,4 @@
-import { tokenize } from "./tokens.js";
+import { Tokenizer } from "./tokens.js";
 
 /**
  * The built-in embedder: no network, no weights. Code-aware tokens are hashed into a fixed number
@@ -19,9 +19,9 @@ function fnv1a(text: string): number {
   return h >>> 0;
 }
 
-export function embedBuiltin(text: string, dims = BUILTIN_DIMS): Float32Array {
+export function embedBuiltin(text: string, dims = BUILTIN_DIMS, tokenizer = new Tokenizer()): Float32Array {
   const counts = new Map<string, number>();
-  for (const { term, weight } of tokenize(text)) counts.set(term, (counts.get(term) ?? 0) + weight);
+  for (const { term, weight } of tokenizer.tokenize(text)) counts.set(term, (counts.get(term) ?? 0) + weight);
   const vector = new Float32Array(dims);
   for (const [term, count] of counts) {
     const h = fnv1a(term);

@@ -75,18 +75,50 @@ export function splitIdentifier(identifier: string): string[] {
     .filter((part) => part.length >= 2);
 }
 
-export function tokenize(text: string): Token[] {
-  const tokens: Token[] = [];
-  let defining = false;
-  for (const match of text.matchAll(/[A-Za-z_$][A-Za-z0-9_$]*/g)) {
-    const word = match[0];
-    const lower = word.toLowerCase();
-    const weight = defining ? 2 : 1;
-    defining = DEFINES.has(lower);
-    if (STOP.has(lower)) continue;
-    const parts = splitIdentifier(word);
-    for (const part of parts) if (!STOP.has(part)) tokens.push({ term: stem(part), weight });
-    if (parts.length > 1) tokens.push({ term: `#${lower}`, weight });
+const isStart = (c: number) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c === 36;
+const isPart = (c: number) => isStart(c) || (c >= 48 && c <= 57);
+
+/**
+ * Tokenizes many texts, remembering how each distinct word splits and stems: a commit's chunks
+ * repeat the same identifiers thousands of times. Scoped to one batch (one request), so no text
+ * outlives it.
+ */
+export class Tokenizer {
+  readonly #words = new Map<string, { terms: string[]; defines: boolean; stop: boolean }>();
+
+  tokenize(text: string): Token[] {
+    const tokens: Token[] = [];
+    let defining = false;
+    const n = text.length;
+    for (let i = 0; i < n; ) {
+      // Identifiers by character code: [A-Za-z_$][A-Za-z0-9_$]*, without a match object per word.
+      const c = text.charCodeAt(i);
+      if (!isStart(c)) {
+        i++;
+        continue;
+      }
+      let end = i + 1;
+      while (end < n && isPart(text.charCodeAt(end))) end++;
+      const word = text.slice(i, end);
+      i = end;
+      let known = this.#words.get(word);
+      if (!known) {
+        const lower = word.toLowerCase();
+        const parts = splitIdentifier(word);
+        const terms = parts.filter((part) => !STOP.has(part)).map(stem);
+        if (parts.length > 1) terms.push(`#${lower}`);
+        known = { terms, defines: DEFINES.has(lower), stop: STOP.has(lower) };
+        if (this.#words.size < 100_000) this.#words.set(word, known);
+      }
+      const weight = defining ? 2 : 1;
+      defining = known.defines;
+      if (known.stop) continue;
+      for (const term of known.terms) tokens.push({ term, weight });
+    }
+    return tokens;
   }
-  return tokens;
+}
+
+export function tokenize(text: string): Token[] {
+  return new Tokenizer().tokenize(text);
 }

@@ -1,4 +1,5 @@
 import { BUILTIN_DIMS, BUILTIN_MODEL, embedBuiltin } from "../../protocol/embedder/builtin.js";
+import { Tokenizer } from "../../protocol/embedder/tokens.js";
 import type { EmbedKind, Embedder } from "./embedder.js";
 
 /**
@@ -10,6 +11,7 @@ export class BuiltinEmbedder implements Embedder {
   readonly dims = BUILTIN_DIMS;
 
   async embed(texts: string[], _kind: EmbedKind): Promise<Float32Array[]> {
-    return texts.map((text) => embedBuiltin(text, BUILTIN_DIMS));
+    const tokenizer = new Tokenizer();
+    return texts.map((text) => embedBuiltin(text, BUILTIN_DIMS, tokenizer));
   }
 }
