@@ -10,8 +10,8 @@
  * workspaces stay inside a Durable Object's 128 MB; below the int8 budget results are exact.
  *
  * The lexical channel is an inverted index over keyed 32-bit term ids, scored with BM25 (k1 = 1.2,
- * b = 0.75), kept while its postings fit their budget; terms found in over a third of all chunks
- * are skipped like stop words. Deleted entries are tombstoned and dropped
+ * b = 0.75), kept while its postings fit their budget; very common terms are skipped like stop
+ * words (see `commonAt`). Deleted entries are tombstoned and dropped
  * by `compact`, which renumbers slots.
  */
 
@@ -46,6 +46,12 @@ export interface HotIndexOptions {
 }
 
 const K1 = 1.2;
+/**
+ * A query term is skipped, as stop words are, when it is in more than a third of all chunks (idf
+ * under 0.7), or in more than a tenth and over 5,000 of them (idf under 2.4, and a long list to
+ * walk): this keeps BM25 fast in large workspaces and exact in small ones.
+ */
+const commonAt = (live: number) => Math.min(live / 3, Math.max(live / 10, 5000));
 const B = 0.75;
 const MAX_SLOTS = 1 << 24;
 
@@ -133,8 +139,10 @@ export class HotIndex {
   #postings: Map<number, { buf: Uint32Array; len: number }> | null = new Map();
   #postingCount = 0;
 
-  /** Per-slot score accumulator for BM25, left zeroed after each query. */
+  /** Per-slot score accumulator for BM25, left zeroed after each query, and the slots it touched. */
   #scratch: Float32Array | null = null;
+  #touched: Int32Array | null = null;
+  #lut: Float32Array | null = null;
 
   /** Slots ordered by id, for removal by id; rebuilt when an id arrives out of order. */
   #byId: Uint32Array | null = new Uint32Array(0);
@@ -262,7 +270,8 @@ export class HotIndex {
 
     // Asymmetric 1-bit scan: per byte of code, the sum of ±query over its 8 dimensions.
     const nb = this.codeBytes;
-    const lut = new Float32Array(nb * 256);
+    // Reused across queries: a search allocates almost nothing, so the collector rarely interrupts one.
+    const lut = (this.#lut ??= new Float32Array(nb * 256));
     for (let b = 0; b < nb; b++) {
       const at = b * 256;
       let all = 0;
@@ -313,8 +322,11 @@ export class HotIndex {
     const avg = this.#totalLength / this.#live || 1;
     if (!this.#scratch || this.#scratch.length < this.#n) this.#scratch = new Float32Array(this.#cap);
     const scores = this.#scratch;
-    const touched: number[] = [];
+    if (!this.#touched || this.#touched.length < this.#n) this.#touched = new Int32Array(this.#cap);
+    const touched = this.#touched;
+    let touchedCount = 0;
     const clean = this.#n === this.#live;
+    const common = commonAt(this.#live);
     for (const term of new Set(terms)) {
       const list: { buf: Uint32Array; len: number } | undefined = this.#postings.get(term);
       if (!list) continue;
@@ -323,9 +335,8 @@ export class HotIndex {
         df = 0;
         for (let i = 0; i < list.len; i++) if (this.#alive[Math.floor(list.buf[i]! / 256)]) df++;
       }
-      // A term in more than a third of all chunks says little (idf under 0.7) and costs the most:
-      // skipped, as stop words are, unless it is all the query has.
-      if (df === 0 || (df * 3 > this.#live && terms.length > 1)) continue;
+      // A very common term says little and costs the most: skipped, unless it is all the query has.
+      if (df === 0 || (df > common && terms.length > 1)) continue;
       const idf = Math.log(1 + (this.#live - df + 0.5) / (df + 0.5));
       const lengths = this.#lengths;
       for (let i = 0; i < list.len; i++) {
@@ -334,12 +345,13 @@ export class HotIndex {
         if (!admit(slot)) continue;
         const tf = posting & 255;
         const norm = tf + K1 * (1 - B + (B * lengths[slot]!) / avg);
-        if (scores[slot] === 0) touched.push(slot);
+        if (scores[slot] === 0) touched[touchedCount++] = slot;
         scores[slot]! += (idf * (tf * (K1 + 1))) / norm;
       }
     }
     const top = new TopK(k, this.#ids);
-    for (const slot of touched) {
+    for (let t = 0; t < touchedCount; t++) {
+      const slot = touched[t]!;
       top.push(slot, scores[slot]!);
       scores[slot] = 0;
     }

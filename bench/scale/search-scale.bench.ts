@@ -99,7 +99,9 @@ it("measures search latency at each scale point", async () => {
       [
         `${n.toLocaleString("en-US")} chunks`,
         `p50 ${quantile(times, 0.5).toFixed(1)} ms`,
+        `p95 ${quantile(times, 0.95).toFixed(1)} ms`,
         `p99 ${quantile(times, 0.99).toFixed(1)} ms`,
+        `max ${Math.max(...times).toFixed(1)} ms`,
         `first query ${coldMs.toFixed(0)} ms`,
         `index memory ${((stats.backend?.hotBytes ?? 0) / 2 ** 20).toFixed(1)} MiB`,
         `vectors ${stats.backend?.exact ? "int8, exact" : "1-bit estimate"}`,
