@@ -15,11 +15,12 @@ import { pathToFileURL } from "node:url";
 import { LocalEdge as LocalEdgeFile, localEdgePath, readJsonFile } from "../client/cli/credentials.js";
 import { Sextant } from "../client/sdk/client.js";
 import { WorkspaceSecret } from "../client/workspace/secret.js";
-import { indexWorkspace, openWorkspace, scanLocal, type OpenWorkspace } from "../client/workspace/session.js";
+import { indexWorkspace, openWorkspace, scanLocal } from "../client/workspace/session.js";
 import { emptyState } from "../client/workspace/state.js";
 import { prepareUpload } from "../client/workspace/upload.js";
 import { startLocalEdge } from "../test/support/local-edge.js";
 import { generateCodeTree } from "./code-fixture.js";
+import { offlineWorkspace } from "./offline-workspace.js";
 import { median } from "./stats.js";
 
 export interface ThroughputFigures {
@@ -61,13 +62,8 @@ function timedFetch() {
 /** What the device does for a first index, without sending anything: the baseline. */
 async function deviceOnly(root: string): Promise<{ ms: number; chunks: number; bytes: number }> {
   const started = performance.now();
-  const secret = WorkspaceSecret.generate();
-  const ws: OpenWorkspace = {
-    entry: { root, baseURL: "bench", workspaceId: "ws_bench", secret: secret.toString() },
-    secret,
-    created: false,
-    stateKey: { root, workspaceId: "ws_bench", fingerprint: secret.fingerprint },
-  };
+  const ws = offlineWorkspace(root);
+  const { secret } = ws;
   const { scan } = await scanLocal(ws, emptyState());
   let chunks = 0;
   let bytes = 0;

@@ -14,10 +14,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { StatPrefetch } from "../client/workspace/prefetch.js";
-import { scanLocal, type OpenWorkspace } from "../client/workspace/session.js";
+import { scanLocal } from "../client/workspace/session.js";
 import { WorkspaceSecret } from "../client/workspace/secret.js";
 import { emptyState, loadState, removeState, saveState } from "../client/workspace/state.js";
 import { fmt, median, timed } from "./stats.js";
+import { offlineWorkspace } from "./offline-workspace.js";
 import { generateTree } from "./tree-fixture.js";
 
 export interface ScanFigures {
@@ -43,13 +44,8 @@ export async function runScanBench(count: number, runs = { cold: 3, warm: 15 }):
   const { root } = generateTree(join(tmpdir(), `sextant-bench-tree-${count}`), count);
   const home = mkdtempSync(join(tmpdir(), "sextant-bench-home-"));
   process.env.SEXTANT_CACHE_DIR = mkdtempSync(join(tmpdir(), "sextant-bench-cache-"));
-  const secret = WorkspaceSecret.generate();
-  const ws: OpenWorkspace = {
-    entry: { root, baseURL: "bench", workspaceId: "ws_bench", secret: secret.toString() },
-    secret,
-    created: false,
-    stateKey: { root, workspaceId: "ws_bench", fingerprint: secret.fingerprint },
-  };
+  const ws = offlineWorkspace(root);
+  const { secret } = ws;
 
   // git and sextant runs alternate, so both see the same machine: on a shared machine, timings
   // drift by a quarter from minute to minute, and back-to-back blocks would measure the drift.

@@ -1,32 +1,11 @@
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { Language, Parser, type Node, type Tree } from "web-tree-sitter";
-import { LANGUAGES, languageOf } from "../client/index/languages.js";
+import type { Node, Tree } from "web-tree-sitter";
+import { parserFor } from "../client/index/chunker.js";
+import { languageOf } from "../client/index/languages.js";
 
 /**
- * The same grammars the chunker uses (web-tree-sitter with `tree-sitter-wasms`), so the eval reads
- * each file exactly as the index does. The chunker keeps its parsers private; these are its twins.
+ * Parses a file with the grammar its extension selects, through the chunker's own parsers, so the
+ * eval reads each file exactly as the index does; undefined for files without one.
  */
-const require = createRequire(import.meta.url);
-const grammarDir = join(dirname(require.resolve("tree-sitter-wasms/package.json")), "out");
-let ready: Promise<void> | undefined;
-const parsers = new Map<string, Promise<Parser>>();
-
-function parserFor(language: string): Promise<Parser> {
-  let parser = parsers.get(language);
-  if (!parser) {
-    ready ??= Parser.init();
-    parser = ready.then(async () => {
-      const p = new Parser();
-      p.setLanguage(await Language.load(join(grammarDir, LANGUAGES[language]!.grammar)));
-      return p;
-    });
-    parsers.set(language, parser);
-  }
-  return parser;
-}
-
-/** Parses a file with the grammar its extension selects; undefined for files without one. */
 export async function parse(path: string, text: string): Promise<Tree | undefined> {
   const language = languageOf(path);
   if (!language) return undefined;

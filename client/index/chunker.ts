@@ -29,7 +29,8 @@ const grammarDir = join(dirname(require.resolve("tree-sitter-wasms/package.json"
 let ready: Promise<void> | undefined;
 const parsers = new Map<string, Promise<Parser>>();
 
-function parserFor(language: keyof typeof LANGUAGES): Promise<Parser> {
+/** The parser for a language with a grammar, loaded once per process. */
+export function parserFor(language: keyof typeof LANGUAGES): Promise<Parser> {
   let parser = parsers.get(language);
   if (!parser) {
     ready ??= Parser.init();
