@@ -64,44 +64,27 @@ export type IndexConfig = z.infer<typeof IndexConfigSchema>;
 
 export class ConfigError extends Error {}
 
-const parsed = new WeakMap<object, Config>();
-const parsedEmbedder = new WeakMap<object, EmbedderConfig>();
-const parsedIndex = new WeakMap<object, IndexConfig>();
-
-export function loadConfig(env: Env): Config {
-  const cached = parsed.get(env);
-  if (cached) return cached;
-  const result = ConfigSchema.safeParse(env);
-  if (!result.success) {
-    const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
-    throw new ConfigError(`Invalid environment: ${issues.join("; ")}`);
-  }
-  parsed.set(env, result.data);
-  return result.data;
+/**
+ * A loader for one group of settings: parsed once per isolate (per `env` object), and failing with
+ * an error that names each bad setting, never its value.
+ */
+function loader<S extends z.ZodType>(schema: S, what: string): (env: Env) => z.output<S> {
+  const parsed = new WeakMap<object, z.output<S>>();
+  return (env) => {
+    const cached = parsed.get(env);
+    if (cached) return cached;
+    const result = schema.safeParse(env);
+    if (!result.success) {
+      const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
+      throw new ConfigError(`Invalid ${what}: ${issues.join("; ")}`);
+    }
+    parsed.set(env, result.data);
+    return result.data;
+  };
 }
 
-/** The embedder's settings, once per isolate; the error names each bad setting, never its value. */
-export function loadEmbedderConfig(env: Env): EmbedderConfig {
-  const cached = parsedEmbedder.get(env);
-  if (cached) return cached;
-  const result = EmbedderConfigSchema.safeParse(env);
-  if (!result.success) {
-    const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
-    throw new ConfigError(`Invalid embedder settings: ${issues.join("; ")}`);
-  }
-  parsedEmbedder.set(env, result.data);
-  return result.data;
-}
-
-/** The index backend's settings, once per isolate; the error names each bad setting, never its value. */
-export function loadIndexConfig(env: Env): IndexConfig {
-  const cached = parsedIndex.get(env);
-  if (cached) return cached;
-  const result = IndexConfigSchema.safeParse(env);
-  if (!result.success) {
-    const issues = result.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
-    throw new ConfigError(`Invalid index backend settings: ${issues.join("; ")}`);
-  }
-  parsedIndex.set(env, result.data);
-  return result.data;
-}
+export const loadConfig: (env: Env) => Config = loader(ConfigSchema, "environment");
+/** The embedder's settings. */
+export const loadEmbedderConfig: (env: Env) => EmbedderConfig = loader(EmbedderConfigSchema, "embedder settings");
+/** The index backend's settings. */
+export const loadIndexConfig: (env: Env) => IndexConfig = loader(IndexConfigSchema, "index backend settings");

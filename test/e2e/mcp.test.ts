@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { makeTree, writeTree } from "../support/fixture.js";
 import { freePort, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import type { LocalHit } from "../../client/workspace/search.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -42,14 +43,7 @@ export async function issueRefund(invoiceId: string, reason: string): Promise<vo
 `,
 };
 
-interface Hit {
-  path: string;
-  startLine: number;
-  endLine: number;
-  score: number;
-  snippet: string;
-  stale: boolean;
-}
+type Hit = LocalHit;
 interface SearchResult {
   isError?: boolean;
   content: { type: string; text: string }[];
