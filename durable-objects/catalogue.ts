@@ -111,7 +111,7 @@ export class Catalogue {
     return out;
   }
 
-  /** Ids the catalogue no longer holds, among those given (for backends that delete lazily). */
+  /** Live chunks. */
   count(): number {
     return Number(this.sql.exec("SELECT count(*) AS n FROM catalogue").one().n);
   }

@@ -359,11 +359,6 @@ export class Workspace extends DurableObject<Env> {
       .map((v) => (v && dims !== undefined && v.length !== dims ? null : v));
   }
 
-  /** Compacts the embedded backend's segments; runs from the alarm a commit sets when there is work. */
-  async compact() {
-    return this.#backend instanceof R2Backend ? this.#backend.compact() : null;
-  }
-
   /** Index and memory figures, for operators and benchmarks. */
   async indexStats() {
     if (!this.#tree || !this.#catalogue) return null;

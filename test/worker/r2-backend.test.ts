@@ -1,10 +1,12 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { R2Backend } from "../../durable-objects/r2-backend.js";
 import type { BackendEntry } from "../../durable-objects/index-backend.js";
 import type { HotIndexOptions } from "../../durable-objects/hot-index.js";
+import type { IndexedChunk } from "../../durable-objects/workspace.js";
+import type { SearchResponse } from "../../protocol/sync.js";
 
 const DIMS = 32;
 /** A pseudo-random unit vector per seed (mulberry32, then normalised). */
@@ -189,5 +191,46 @@ describe("R2 index backend", () => {
       ),
       { numRuns: 25 },
     );
+  });
+
+  it("a commit that leaves sparse segments sets the alarm, and the alarm compacts them without changing search", async () => {
+    const stub = workspaceStub(env, "ws_r2alarm");
+    await stub.init({ workspaceId: "ws_r2alarm", orgId: "org_t", createdAt: new Date().toISOString() });
+    const seg = (n: number) => `f${n}`.padEnd(43, "A");
+    const hex = (n: number) => n.toString(16).padStart(64, "0");
+    const chunk = (n: number): IndexedChunk => ({
+      path: seg(n),
+      chunkId: hex(n),
+      startLine: 1,
+      endLine: 5,
+      language: "typescript",
+      vector: unit(n),
+      terms: terms([n % 5, 1]),
+    });
+    // Ten commits of ten files each: ten small segments.
+    for (let c = 0; c < 10; c++) {
+      const files = Array.from({ length: 10 }, (_, i) => c * 10 + i + 1);
+      await stub.commit(
+        { upserts: files.map((n) => ({ path: seg(n), hash: hex(n), size: 1 })), deletes: [] },
+        files.map(chunk),
+      );
+    }
+    // Six of each ten deleted: every segment is left sparse.
+    const gone = Array.from({ length: 100 }, (_, i) => i + 1).filter((n) => n % 10 < 6);
+    await stub.commit({ upserts: [], deletes: gone.map(seg) });
+    const query = { vector: unit(77), terms: [2], topK: 10 };
+    const before = (await stub.search(query)) as SearchResponse;
+    const statsBefore = (await stub.indexStats())!;
+    expect(statsBefore.backend!.segments).toBe(10);
+
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const after = (await stub.search(query)) as SearchResponse;
+    expect(after.results).toEqual(before.results);
+    const statsAfter = (await stub.indexStats())!;
+    expect(statsAfter.chunks).toBe(40);
+    expect(statsAfter.backend!.segments).toBe(1);
+    const id = await runInDurableObject(stub, (_instance, state) => state.id.toString());
+    const objects = await env.INDEX.list({ prefix: `workspaces/${id}/segments/` });
+    expect(objects.objects).toHaveLength(1);
   });
 });
