@@ -5,7 +5,7 @@ export default defineConfig({
   test: {
     name: "node",
     environment: "node",
-    include: ["test/client/**/*.test.ts", "test/e2e/**/*.test.ts"],
+    include: ["test/client/**/*.test.ts", "test/e2e/**/*.test.ts", "test/simulator/**/*.test.ts"],
     testTimeout: 30_000,
     hookTimeout: 120_000,
   },

@@ -105,3 +105,45 @@ export const Problem = z.object({
   errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
 });
 export type Problem = z.infer<typeof Problem>;
+
+// Usage metering (`GET /v1/usage`): token counts the inference gateway recorded, summed per UTC day.
+export const USAGE_DIMENSIONS = ["day", "model", "key", "user"] as const;
+export const UsageDimension = z.enum(USAGE_DIMENSIONS);
+export type UsageDimension = z.infer<typeof UsageDimension>;
+
+/** A UTC calendar day, `YYYY-MM-DD`; impossible dates such as 2026-02-30 are refused. */
+export const UsageDay = z.iso.date();
+
+const tokens = z.number().int().nonnegative();
+export const UsageCounts = z.object({
+  requests: tokens,
+  promptTokens: tokens,
+  completionTokens: tokens,
+  totalTokens: tokens,
+});
+export type UsageCounts = z.infer<typeof UsageCounts>;
+
+/** One group of a report: only the dimensions it was grouped by are present. */
+export const UsageRow = UsageCounts.extend({
+  day: UsageDay.optional(),
+  model: z.string().optional(),
+  keyId: z.string().optional(),
+  userId: z.string().optional(),
+});
+export type UsageRow = z.infer<typeof UsageRow>;
+
+export const UsageReport = z.object({
+  from: UsageDay,
+  to: UsageDay,
+  groupBy: z.array(UsageDimension),
+  rows: z.array(UsageRow),
+  totals: UsageCounts,
+});
+export type UsageReport = z.infer<typeof UsageReport>;
+
+/** `from` and `to` are inclusive UTC days; the edge defaults to the last 30 days, grouped by day and model. */
+export interface UsageQuery {
+  from?: string;
+  to?: string;
+  groupBy?: UsageDimension[];
+}

@@ -9,6 +9,8 @@ import { parseArgs } from "node:util";
 import { Sextant, SextantAdmin } from "../client/sdk/client.js";
 import { AuthenticationError } from "../client/sdk/errors.js";
 import { LocalEdge, localEdgePath, readJsonFile, writeSecretFile } from "../client/cli/credentials.js";
+import { startSimulator, type Simulator } from "../gpu-backends/simulator/simulator.js";
+import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
 
 const DEV_EMAIL = "dev@sextant.localhost";
 
@@ -39,6 +41,40 @@ function ensureAdminSecret(): string {
     mode: 0o600,
   });
   return secret;
+}
+
+const GATEWAY_VARS = ["GATEWAY_CONFIG", "INFERENCE_UPSTREAM"];
+
+/**
+ * Where model requests go: a gateway setting from the environment (`GATEWAY_CONFIG` as JSON or a
+ * path to a JSON file, or `INFERENCE_UPSTREAM`), from `--var` or `.dev.vars`; otherwise the
+ * simulator, started here.
+ */
+async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }> {
+  let devVars = "";
+  try {
+    devVars = readFileSync(".dev.vars", "utf8");
+  } catch {
+    // None.
+  }
+  const given = (name: string) =>
+    args.var.some((v) => v.startsWith(`${name}:`)) || new RegExp(`^${name}\\s*=`, "m").test(devVars);
+  if (GATEWAY_VARS.some(given)) return { vars: [] };
+  const vars: string[] = [];
+  for (const name of [
+    "INFERENCE_UPSTREAM",
+    "INFERENCE_UPSTREAM_KIND",
+    "INFERENCE_UPSTREAM_FIM",
+    "INFERENCE_UPSTREAM_API_KEY",
+  ])
+    if (process.env[name]) vars.push(`${name}:${process.env[name]}`);
+  const config = process.env.GATEWAY_CONFIG;
+  if (config) vars.push(`GATEWAY_CONFIG:${config.trimStart().startsWith("{") ? config : readFileSync(config, "utf8")}`);
+  if (vars.some((v) => GATEWAY_VARS.some((name) => v.startsWith(`${name}:`)))) return { vars };
+  const simulator = await startSimulator({ backends: LOCAL_BACKENDS, control: true });
+  const urls = Object.fromEntries(simulator.backends.map((b) => [b.id, b.url]));
+  console.log(`Simulated GPU backends: ${simulator.backends.map((b) => `${b.id} ${b.url}`).join(", ")}`);
+  return { vars: [`GATEWAY_CONFIG:${JSON.stringify(localGatewayConfig(urls))}`], simulator };
 }
 
 function applyMigrations(): void {
@@ -94,6 +130,7 @@ async function ensureDevAccount(adminSecret: string): Promise<LocalEdge> {
 
 const adminSecret = ensureAdminSecret();
 applyMigrations();
+const gateway = await gatewayVars();
 const child = spawn(
   "npx",
   [
@@ -106,12 +143,14 @@ const child = spawn(
     "--persist-to",
     args["persist-to"],
     "--show-interactive-dev-session=false",
-    ...args.var.flatMap((v) => ["--var", v]),
+    ...[...args.var, ...gateway.vars].flatMap((v) => ["--var", v]),
   ],
   { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
 );
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
-child.on("exit", (code, signal) => process.exit(code ?? (signal ? 0 : 1)));
+child.on("exit", (code, signal) => {
+  void (gateway.simulator?.stop() ?? Promise.resolve()).finally(() => process.exit(code ?? (signal ? 0 : 1)));
+});
 
 try {
   await waitForHealth(child);
@@ -119,7 +158,11 @@ try {
   console.log(
     `\nSextant edge ready at ${baseURL}\n` +
       `Development key saved to ${localEdgePath()} (the CLI finds it).\n` +
-      `Try: npx sextant whoami\n`,
+      `Try: npx sextant whoami\n` +
+      (gateway.simulator
+        ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
+          `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n`
+        : ""),
   );
 } catch (err) {
   console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);

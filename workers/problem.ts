@@ -23,7 +23,7 @@ export class ApiError extends Error {
 
 export function problemResponse(c: Context, error: ApiError): Response {
   const { status, title } = ERROR_CODES[error.code];
-  const body: Problem = {
+  const body: Problem & { error: { message: string; type: string; code: string } } = {
     type: problemType(error.code),
     title,
     status,
@@ -31,6 +31,8 @@ export function problemResponse(c: Context, error: ApiError): Response {
     instance: c.get("requestId"),
     code: error.code,
     ...(error.options.errors ? { errors: error.options.errors } : {}),
+    // OpenAI's error envelope as an extension member, so OpenAI SDKs pointed at the edge show the detail.
+    error: { message: error.detail, type: error.code, code: error.code },
   };
   const response = c.json(body, status as ContentfulStatusCode, error.options.headers);
   response.headers.set("Content-Type", PROBLEM_CONTENT_TYPE);

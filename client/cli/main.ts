@@ -4,6 +4,7 @@ import { admin } from "./commands/admin.js";
 import { keys } from "./commands/keys.js";
 import { login } from "./commands/login.js";
 import { mcp } from "./commands/mcp.js";
+import { usage } from "./commands/usage.js";
 import { whoami } from "./commands/whoami.js";
 import { workspaceCommands } from "./commands/workspace.js";
 import { EXIT, exitCodeFor, printError } from "./output.js";
@@ -20,7 +21,7 @@ export function buildProgram(): Command {
     .option("--json", "print machine-readable JSON")
     .showHelpAfterError()
     .exitOverride();
-  for (const register of [whoami, workspaceCommands, mcp, keys, admin, login]) register(program);
+  for (const register of [whoami, workspaceCommands, mcp, keys, usage, admin, login]) register(program);
   // Every subcommand, at any depth, reports usage errors through exitOverride instead of exiting itself.
   const visit = (cmd: Command) => cmd.commands.forEach((sub) => visit(sub.exitOverride()));
   visit(program);

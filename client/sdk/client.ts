@@ -5,6 +5,7 @@ import {
   listOf,
   Me,
   Org,
+  UsageReport,
   User,
   Workspace,
   WorkspaceDetail,
@@ -14,6 +15,7 @@ import {
   type CreateUserRequest,
   type CreateWorkspaceRequest,
   type UpdateOrgRequest,
+  type UsageQuery,
 } from "../../protocol/schemas.js";
 import {
   CommitResponse,
@@ -96,6 +98,23 @@ export class Sextant {
   /** The org, user and key behind this client's API key. */
   me(opts: PerRequest = {}): Promise<Me> {
     return this.http.request({ method: "GET", path: "/v1/me", schema: Me, ...opts });
+  }
+
+  /**
+   * Metered model tokens of your org (owners) or yourself (members), per UTC day.
+   *
+   * @example
+   * const report = await sextant.usage({ from: "2026-05-01", groupBy: ["model"] });
+   * console.log(report.totals.totalTokens);
+   */
+  usage(query: UsageQuery = {}, opts: PerRequest = {}): Promise<UsageReport> {
+    return this.http.request({
+      method: "GET",
+      path: "/v1/usage",
+      query: { from: query.from, to: query.to, groupBy: query.groupBy?.join(",") },
+      schema: UsageReport,
+      ...opts,
+    });
   }
 
   readonly keys = {

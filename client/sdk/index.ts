@@ -1,4 +1,6 @@
 export { DEFAULT_BASE_URL, Sextant, SextantAdmin } from "./client.js";
 export type { ClientOptions, PerRequest, SextantAdminOptions, SextantOptions } from "./client.js";
 export * from "./errors.js";
+export { TabSession } from "./tab-session.js";
+export { PRIORITY_HEADER, SESSION_HEADER } from "../../protocol/gateway.js";
 export type * from "../../protocol/schemas.js";

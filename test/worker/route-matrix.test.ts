@@ -16,6 +16,8 @@ interface Route {
   /** Addresses one org's resource by id, so another org must get 404. */
   tenant?: true;
   headers?: Record<string, string>;
+  /** Takes fields it does not know (OpenAI's API passes them on to the backend). */
+  loose?: true;
 }
 interface Ids {
   keyId: string;
@@ -52,6 +54,16 @@ const customerRoutes: Route[] = [
     tenant: true,
   },
   { method: "DELETE", path: (ids) => `/v1/workspaces/${ids.workspaceId}`, tenant: true },
+  { method: "GET", path: () => "/v1/usage" },
+  { method: "GET", path: () => "/v1/models" },
+  { method: "POST", path: () => "/v1/completions", body: { model: "m", prompt: "x" }, loose: true },
+  {
+    method: "POST",
+    path: () => "/v1/chat/completions",
+    body: { model: "m", messages: [{ role: "user", content: "x" }] },
+    loose: true,
+  },
+  { method: "POST", path: () => "/v1/embeddings", body: { model: "m", input: "x" }, loose: true },
 ];
 
 const adminRoutes: Route[] = [
@@ -126,12 +138,11 @@ describe.each(customerRoutes)("$method customer route %#", (route) => {
         "unsupported_media_type",
       );
     });
-    it(`${label(route)}: 400 for an unknown field`, async () => {
-      await expectProblem(
-        await send(victim.key.key, { body: { ...(route.body as object), surprise: true } }),
-        400,
-        "invalid_request",
-      );
+    it(`${label(route)}: 400 for ${route.loose ? "a mistyped field" : "an unknown field"}`, async () => {
+      const body = route.loose
+        ? { ...(route.body as object), model: 42 }
+        : { ...(route.body as object), surprise: true };
+      await expectProblem(await send(victim.key.key, { body }), 400, "invalid_request");
     });
   }
   if (route.tenant) {

@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import { PLANS, ROLES } from "../../protocol/schemas.js";
 
 const createdAt = () =>
@@ -62,4 +62,26 @@ export const workspaces = sqliteTable(
     createdAt: createdAt(),
   },
   (t) => [index("workspaces_org_idx").on(t.orgId)],
+);
+
+/**
+ * Tokens the inference gateway metered, summed per UTC day, key and model. `key_id` and `user_id`
+ * carry no foreign key on purpose: usage is billing history and outlives a key or user; only
+ * deleting the org removes it.
+ */
+export const usageDaily = sqliteTable(
+  "usage_daily",
+  {
+    day: text("day").notNull(),
+    orgId: text("org_id")
+      .notNull()
+      .references(() => orgs.id, { onDelete: "cascade" }),
+    userId: text("user_id").notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    requests: integer("requests").notNull().default(0),
+    promptTokens: integer("prompt_tokens").notNull().default(0),
+    completionTokens: integer("completion_tokens").notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.day, t.keyId, t.model] }), index("usage_daily_org_day_idx").on(t.orgId, t.day)],
 );

@@ -1,0 +1,828 @@
+/**
+ * A SIMULATED OpenAI-compatible GPU backend (a stand-in for vLLM or SGLang servers, which cannot run
+ * here), for tests, benchmarks and `npm start`. Nothing it returns comes from a model: tokens read
+ * "sim0 ", "sim1 ", …, embeddings are hashes, every response carries `X-Simulator: sextant` and
+ * `system_fingerprint: "sextant-simulator"`.
+ *
+ * It speaks the HTTP protocol closely enough for the official `openai` SDK: completions and chat
+ * (streamed as server-sent events or whole), embeddings (float or base64), models, vLLM's `/health`
+ * and `/metrics`, the `{ error: { message, type, param, code } }` envelope. Timing follows a simple
+ * GPU model: time to first token, a token rate, full speed up to `capacity` requests, slower up to
+ * `maxConcurrency`, 503 beyond. Faults (refused connections, error statuses, hangs, broken streams,
+ * slow drips, failing health) are set per backend and changed at run time.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { z } from "zod";
+
+const HOST = "127.0.0.1";
+const FINGERPRINT = "sextant-simulator";
+
+const rate = z.number().min(0).max(1).optional();
+
+/** What goes wrong, and for which share of requests (`rate`; `/health` and `refuse` ignore it). */
+export const Fault = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("none"), rate }),
+  /** The port stops listening and open connections drop; clearing the fault listens again on the same port. */
+  z.strictObject({ type: z.literal("refuse"), rate }),
+  /** Answers with this status and an OpenAI error envelope. */
+  z.strictObject({ type: z.literal("status"), status: z.number().int().min(400).max(599), rate }),
+  /** Never sends headers; the request stays open until the client goes away. */
+  z.strictObject({ type: z.literal("hangBeforeHeaders"), rate }),
+  /** Streams `afterTokens` tokens, then nothing, forever (a whole response hangs before headers). */
+  z.strictObject({ type: z.literal("hangMidStream"), afterTokens: z.number().int().min(0), rate }),
+  /** Streams `afterTokens` tokens, then an event of broken JSON, waits a second and ends without `[DONE]`. */
+  z.strictObject({ type: z.literal("malformedSse"), afterTokens: z.number().int().min(0), rate }),
+  /** Every token, the first included, comes `intervalMs` after the one before. */
+  z.strictObject({ type: z.literal("slowDrip"), intervalMs: z.number().positive(), rate }),
+  /** `GET /health` answers 503; requests are still served. */
+  z.strictObject({ type: z.literal("unhealthy"), rate }),
+]);
+export type Fault = z.infer<typeof Fault>;
+
+const tunables = {
+  /** `vllm` rejects a non-empty `suffix` on `/v1/completions` as vLLM does; `openai` accepts it. */
+  kind: z.enum(["vllm", "openai"]).optional(),
+  /** Served model names; other models get 404. Default `["sim-model"]`. */
+  models: z.array(z.string().min(1)).min(1).optional(),
+  /** Time to first token, default 20 ms. */
+  ttftMs: z.number().min(0).optional(),
+  /** Default 200. */
+  tokensPerSecond: z.number().positive().optional(),
+  /** Tokens a completion runs to when `max_tokens` is larger or absent, default 16. */
+  completionTokens: z.number().int().min(0).optional(),
+  /** Requests served at full speed, default 8; beyond it every delay stretches by inflight / capacity. */
+  capacity: z.number().int().min(1).optional(),
+  /** Requests in flight beyond which it answers 503, default 2 × capacity. */
+  maxConcurrency: z.number().int().min(1).optional(),
+  /** When set, `/v1` requests without `Authorization: Bearer <apiKey>` get 401; `null` clears it. */
+  apiKey: z.string().min(1).nullish(),
+  /** Default 16. */
+  embeddingDims: z.number().int().min(1).max(65_536).optional(),
+  fault: Fault.optional(),
+};
+
+export const BackendPatch = z.strictObject(tunables);
+export type BackendPatch = z.infer<typeof BackendPatch>;
+
+export const BackendOptions = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9][\w.-]{0,63}$/),
+  /** 0 or absent: an ephemeral port. */
+  port: z.number().int().min(0).max(65_535).optional(),
+  ...tunables,
+});
+export type BackendOptions = z.infer<typeof BackendOptions>;
+
+export const SimulatorOptions = z.strictObject({
+  backends: z.array(BackendOptions),
+  /** Also start the control server (`true`: on an ephemeral port). */
+  control: z.union([z.boolean(), z.strictObject({ port: z.number().int().min(0).max(65_535).optional() })]).optional(),
+});
+export type SimulatorOptions = z.infer<typeof SimulatorOptions>;
+
+export type Outcome = "pending" | "completed" | "aborted" | "refused" | "fault" | "error";
+
+export interface RequestRecord {
+  seq: number;
+  backend: string;
+  method: string;
+  path: string;
+  /** The parsed JSON body, or null. */
+  body: unknown;
+  /** The raw header, so tests can check which secret was sent. */
+  authorization: string | null;
+  /** Lower-cased names. */
+  headers: Record<string, string>;
+  /** The `x-request-id` echoed back (the client's, or a new one). */
+  requestId: string;
+  /** Milliseconds on the `performance.timeOrigin + performance.now()` clock. */
+  receivedAt: number;
+  headersAt?: number;
+  firstTokenAt?: number;
+  endedAt?: number;
+  /** When the client's connection closed before the response ended. */
+  abortedAt?: number;
+  /**
+   * `refused`: over `maxConcurrency`; `fault`: a fault decided the answer (or `refuse` dropped it);
+   * `error`: any other error status, or dropped by `stop()`.
+   */
+  outcome: Outcome;
+  status?: number;
+  /** The fault applied to this request, if any. */
+  fault?: Fault["type"];
+  /** In-flight generation requests at arrival, this one included (even when it is refused). */
+  concurrencyAtArrival: number;
+}
+
+export interface SimulatedBackend {
+  readonly id: string;
+  /** Base URL ending in `/v1`. */
+  readonly url: string;
+  readonly port: number;
+  /** Applies to new requests; resolves once the listener follows the fault (`refuse` closes it). */
+  configure(patch: BackendPatch): Promise<void>;
+  /** The options in effect, defaults filled in. */
+  options(): ResolvedBackendOptionsBackendOptions;
+  records(): RequestRecord[];
+  /** Forgets the records; sequence numbers keep counting. */
+  clear(): void;
+  inflight(): number;
+  peakConcurrency(): number;
+  /** Restarts the peak from the current in-flight count. */
+  resetPeak(): void;
+}
+
+export interface Simulator {
+  backends: SimulatedBackend[];
+  backend(id: string): SimulatedBackend;
+  /** The control server's URL, when started with `control`. */
+  control?: string;
+  /** Closes every server and drops every connection, hanging ones included. */
+  stop(): Promise<void>;
+}
+
+export type ResolvedBackendOptions = Required<Omit<BackendOptions, "apiKey">> & { apiKey: string | null };
+
+function resolve(options: BackendOptions, port: number): ResolvedBackendOptions {
+  const capacity = options.capacity ?? 8;
+  return {
+    id: options.id,
+    port,
+    kind: options.kind ?? "vllm",
+    models: options.models ?? ["sim-model"],
+    ttftMs: options.ttftMs ?? 20,
+    tokensPerSecond: options.tokensPerSecond ?? 200,
+    completionTokens: options.completionTokens ?? 16,
+    capacity,
+    maxConcurrency: options.maxConcurrency ?? 2 * capacity,
+    apiKey: options.apiKey ?? null,
+    embeddingDims: options.embeddingDims ?? 16,
+    fault: options.fault ?? { type: "none" },
+  };
+}
+
+/** What differs between kinds of server, as data. */
+const KINDS = {
+  vllm: { rejectsSuffix: true },
+  openai: { rejectsSuffix: false },
+} as const;
+
+const ERROR_TYPES: Record<number, string> = {
+  400: "BadRequestError",
+  401: "AuthenticationError",
+  403: "PermissionDeniedError",
+  404: "NotFoundError",
+  405: "MethodNotAllowedError",
+  408: "RequestTimeoutError",
+  409: "ConflictError",
+  422: "UnprocessableEntityError",
+  429: "RateLimitError",
+  500: "InternalServerError",
+  502: "BadGatewayError",
+  503: "ServiceUnavailableError",
+  504: "GatewayTimeoutError",
+};
+
+const errorBody = (status: number, message: string) => ({
+  error: {
+    message,
+    type: ERROR_TYPES[status] ?? (status >= 500 ? "InternalServerError" : "BadRequestError"),
+    param: null,
+    code: status,
+  },
+});
+
+const now = () => performance.timeOrigin + performance.now();
+const promptTokens = (chars: number) => Math.ceil(chars / 4);
+
+const StreamOptions = z.looseObject({ include_usage: z.boolean().nullish() }).nullish();
+const MaxTokens = z.number().int().min(0).nullish();
+
+const CompletionBody = z.looseObject({
+  model: z.string(),
+  prompt: z.union([z.string(), z.array(z.string()).length(1, "the simulator serves one prompt per request")]),
+  max_tokens: MaxTokens,
+  stream: z.boolean().nullish(),
+  stream_options: StreamOptions,
+  suffix: z.string().nullish(),
+});
+
+const Content = z.union([z.string(), z.array(z.looseObject({ text: z.string().optional() })), z.null()]).optional();
+const ChatBody = z.looseObject({
+  model: z.string(),
+  messages: z.array(z.looseObject({ role: z.string(), content: Content })).min(1),
+  max_tokens: MaxTokens,
+  max_completion_tokens: MaxTokens,
+  stream: z.boolean().nullish(),
+  stream_options: StreamOptions,
+});
+
+const EmbeddingBody = z.looseObject({
+  model: z.string(),
+  input: z.union([z.string(), z.array(z.string()).min(1)]),
+  encoding_format: z.enum(["float", "base64"]).nullish(),
+});
+
+/** A generation request, whichever endpoint it came through. */
+interface Generation {
+  format: Format;
+  model: string;
+  promptTokens: number;
+  maxTokens: number | null;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+/** How one endpoint shapes its objects: the generation loop is shared. */
+interface Format {
+  idPrefix: string;
+  object: string;
+  chunkObject: string;
+  token(text: string, first: boolean): object;
+  final(finish: string): object;
+  whole(text: string, finish: string): object;
+}
+
+const COMPLETION: Format = {
+  idPrefix: "cmpl-sim-",
+  object: "text_completion",
+  chunkObject: "text_completion",
+  token: (text) => ({ index: 0, text, logprobs: null, finish_reason: null }),
+  final: (finish) => ({ index: 0, text: "", logprobs: null, finish_reason: finish }),
+  whole: (text, finish) => ({ index: 0, text, logprobs: null, finish_reason: finish }),
+};
+
+const CHAT: Format = {
+  idPrefix: "chatcmpl-sim-",
+  object: "chat.completion",
+  chunkObject: "chat.completion.chunk",
+  token: (content, first) => ({
+    index: 0,
+    delta: first ? { role: "assistant", content } : { content },
+    logprobs: null,
+    finish_reason: null,
+  }),
+  final: (finish) => ({ index: 0, delta: {}, logprobs: null, finish_reason: finish }),
+  whole: (content, finish) => ({
+    index: 0,
+    message: { role: "assistant", content },
+    logprobs: null,
+    finish_reason: finish,
+  }),
+};
+
+/** A deterministic unit vector from a hash of the text, already rounded to float32. */
+export function simulatedEmbedding(text: string, dims: number): number[] {
+  let state = createHash("sha256").update(text).digest().readUInt32LE(0) || 1;
+  const values = Array.from({ length: dims }, () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) / 2 ** 31 - 1;
+  });
+  const norm = Math.sqrt(values.reduce((sum, v) => sum + v * v, 0)) || 1;
+  return values.map((v) => Math.fround(v / norm));
+}
+
+function base64Floats(values: number[]): string {
+  const bytes = Buffer.alloc(values.length * 4);
+  values.forEach((v, i) => bytes.writeFloatLE(v, i * 4));
+  return bytes.toString("base64");
+}
+
+async function readBody(req: IncomingMessage): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  try {
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+  } catch {
+    return undefined;
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+function firstIssue(error: z.ZodError): string {
+  const issue = error.issues[0];
+  if (!issue) return "invalid request";
+  return issue.path.length ? `${issue.path.join(".")}: ${issue.message}` : issue.message;
+}
+
+/** One request being answered. */
+interface Exchange {
+  record: RequestRecord;
+  res: ServerResponse;
+  timer?: NodeJS.Timeout;
+}
+
+class Backend implements SimulatedBackend {
+  readonly id: string;
+  port = 0;
+  private raw: BackendOptions;
+  private opts: ResolvedBackendOptions;
+  private server?: Server;
+  private listener: Promise<void> = Promise.resolve();
+  private list: RequestRecord[] = [];
+  private seq = 0;
+  private running = 0;
+  private peak = 0;
+  private open = new Set<Exchange>();
+  private stopped = false;
+
+  constructor(options: BackendOptions) {
+    this.id = options.id;
+    this.raw = options;
+    this.port = options.port ?? 0;
+    this.opts = resolve(options, this.port);
+  }
+
+  get url() {
+    return `http://${HOST}:${this.port}/v1`;
+  }
+
+  async start() {
+    await this.listen();
+    await this.follow();
+  }
+
+  /** Applies at once (before the first await), so callers that do not wait still get it. */
+  async configure(patch: BackendPatch): Promise<void> {
+    this.raw = { ...this.raw, ...BackendPatch.parse(patch) };
+    this.opts = resolve(this.raw, this.port);
+    await this.follow();
+  }
+
+  options = () => this.opts;
+  records = () => [...this.list];
+  clear = () => void (this.list = []);
+  inflight = () => this.running;
+  peakConcurrency = () => this.peak;
+  resetPeak = () => void (this.peak = this.running);
+
+  /** Listens or stops listening as the fault says, one change at a time. */
+  private follow(): Promise<void> {
+    this.listener = this.listener
+      .catch(() => undefined)
+      .then(() => (this.opts.fault.type === "refuse" ? this.close("fault") : this.listen()));
+    return this.listener;
+  }
+
+  private async listen() {
+    if (this.server || this.stopped) return;
+    const server = createServer({ noDelay: true }, (req, res) => this.handle(req, res));
+    server.on("connection", (socket) => socket.setNoDelay(true));
+    await new Promise<void>((ok, fail) => {
+      server.once("error", fail);
+      server.listen(this.port, HOST, () => {
+        server.off("error", fail);
+        ok();
+      });
+    });
+    this.server = server;
+    this.port = (server.address() as AddressInfo).port;
+    this.opts = resolve(this.raw, this.port);
+  }
+
+  /** Closes the listener and drops every connection, as a crashed server would; open requests end with `outcome`. */
+  async close(outcome: Outcome) {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    for (const { record } of this.open) settle(record, outcome);
+    const closed = new Promise((done) => server.close(done));
+    server.closeAllConnections();
+    await closed;
+  }
+
+  async stop() {
+    this.stopped = true;
+    await this.listener.catch(() => undefined);
+    await this.close("error");
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse) {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const requestId = (req.headers["x-request-id"] as string | undefined) ?? `sim-${randomUUID()}`;
+    res.setHeader("X-Simulator", "sextant");
+    res.setHeader("x-request-id", requestId);
+    if (req.method === "GET" && path === "/health") {
+      res.writeHead(this.opts.fault.type === "unhealthy" ? 503 : 200).end();
+    } else if (req.method === "GET" && path === "/metrics") {
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(this.metrics());
+    } else if (path.startsWith("/v1/")) {
+      this.serve(req, res, path, requestId).catch((err: unknown) => {
+        console.error(`simulator ${this.id}:`, err);
+        res.destroy();
+      });
+    } else {
+      req.resume();
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end(JSON.stringify(errorBody(404, `Not Found: ${req.method} ${path}`)));
+    }
+  }
+
+  private metrics() {
+    const model = this.opts.models[0];
+    const running = Math.min(this.running, this.opts.capacity);
+    const waiting = this.running - running;
+    return [
+      "# HELP vllm:num_requests_running Number of requests currently running on GPU (simulated).",
+      "# TYPE vllm:num_requests_running gauge",
+      `vllm:num_requests_running{model_name="${model}"} ${running}`,
+      "# HELP vllm:num_requests_waiting Number of requests waiting to be processed (simulated).",
+      "# TYPE vllm:num_requests_waiting gauge",
+      `vllm:num_requests_waiting{model_name="${model}"} ${waiting}`,
+      "",
+    ].join("\n");
+  }
+
+  private async serve(req: IncomingMessage, res: ServerResponse, path: string, requestId: string) {
+    const route = `${req.method} ${path}`;
+    const generative = route in GENERATIVE;
+    const admitted = !generative || this.running < this.opts.maxConcurrency;
+    const record: RequestRecord = {
+      seq: ++this.seq,
+      backend: this.id,
+      method: req.method ?? "",
+      path,
+      body: null,
+      authorization: req.headers.authorization ?? null,
+      headers: Object.fromEntries(
+        Object.entries(req.headers).map(([name, value]) => [
+          name,
+          Array.isArray(value) ? value.join(", ") : `${value}`,
+        ]),
+      ),
+      requestId,
+      receivedAt: now(),
+      outcome: "pending",
+      concurrencyAtArrival: this.running + (generative ? 1 : 0),
+    };
+    this.list.push(record);
+    const exchange: Exchange = { record, res };
+    this.open.add(exchange);
+    if (generative && admitted) {
+      this.running++;
+      this.peak = Math.max(this.peak, this.running);
+    }
+    res.once("close", () => {
+      clearTimeout(exchange.timer);
+      this.open.delete(exchange);
+      if (generative && admitted) this.running--;
+      if (record.outcome === "pending") {
+        record.abortedAt = now();
+        record.outcome = "aborted";
+      }
+    });
+
+    const text = await readBody(req);
+    if (text === undefined || res.destroyed) return;
+    let json = true;
+    try {
+      record.body = text ? JSON.parse(text) : null;
+    } catch {
+      json = false;
+    }
+    const key = this.opts.apiKey;
+    if (key !== null && record.authorization !== `Bearer ${key}`) {
+      return this.fail(exchange, 401, "Unauthorized (simulated backend): missing or wrong API key.");
+    }
+    if (!json) return this.fail(exchange, 400, "We could not parse the JSON body of your request.");
+    if (route === "GET /v1/models") return this.json(exchange, 200, this.modelList());
+    const handler = GENERATIVE[route];
+    if (!handler) return this.fail(exchange, 404, `Not Found: ${route}`);
+    if (!admitted) {
+      return this.fail(exchange, 503, "The simulated backend is at maxConcurrency; try again later.", "refused");
+    }
+    const parsed = handler(record.body, this.opts);
+    if (typeof parsed === "string") return this.fail(exchange, 400, parsed);
+    if (!this.opts.models.includes(parsed.model)) {
+      return this.fail(exchange, 404, `The model \`${parsed.model}\` does not exist.`);
+    }
+    const fault = this.pickFault();
+    if (fault) record.fault = fault.type;
+    if (fault?.type === "status") {
+      return this.fail(exchange, fault.status, `Simulated fault: the backend answered ${fault.status}.`, "fault");
+    }
+    const stream = "stream" in parsed && parsed.stream;
+    if (fault?.type === "hangBeforeHeaders" || (fault?.type === "hangMidStream" && !stream)) return;
+    if ("inputs" in parsed) return this.embed(exchange, parsed, fault?.type === "malformedSse");
+    this.generate(exchange, parsed, fault);
+  }
+
+  /** The fault for this request, drawn by `rate`; faults that are not about requests never apply. */
+  private pickFault(): Fault | undefined {
+    const fault = this.opts.fault;
+    if (fault.type === "none" || fault.type === "refuse" || fault.type === "unhealthy") return undefined;
+    return Math.random() < (fault.rate ?? 1) ? fault : undefined;
+  }
+
+  private modelList() {
+    const created = Math.floor(Date.now() / 1000);
+    return {
+      object: "list",
+      data: this.opts.models.map((id) => ({ id, object: "model", created, owned_by: FINGERPRINT })),
+    };
+  }
+
+  /** Delays stretch by inflight / capacity once the backend is past its capacity. */
+  private slowdown() {
+    return Math.max(1, this.running / this.opts.capacity);
+  }
+
+  private embed(exchange: Exchange, request: Embedding, malformed: boolean) {
+    exchange.timer = setTimeout(
+      () => {
+        if (malformed) return this.json(exchange, 200, undefined, "fault", '{"object":"list","data": [');
+        const dims = this.opts.embeddingDims;
+        const data = request.inputs.map((input, index) => {
+          const vector = simulatedEmbedding(input, dims);
+          return { object: "embedding", index, embedding: request.base64 ? base64Floats(vector) : vector };
+        });
+        const tokens = request.inputs.reduce((sum, input) => sum + promptTokens(input.length), 0);
+        this.json(exchange, 200, {
+          object: "list",
+          data,
+          model: request.model,
+          usage: { prompt_tokens: tokens, total_tokens: tokens },
+        });
+      },
+      Math.round(this.opts.ttftMs * this.slowdown()),
+    );
+  }
+
+  /**
+   * One timer chain per request, scheduled against absolute due times so that delays do not drift;
+   * tokens already due are written in the same turn, each event in one write.
+   */
+  private generate(exchange: Exchange, g: Generation, fault: Fault | undefined) {
+    const { res, record } = exchange;
+    const o = this.opts;
+    const tokens = g.maxTokens === null ? o.completionTokens : Math.min(g.maxTokens, o.completionTokens);
+    const finish = g.maxTokens !== null && tokens === g.maxTokens ? "length" : "stop";
+    const drip = fault?.type === "slowDrip" ? fault.intervalMs : undefined;
+    const stallAt = g.stream && fault?.type === "hangMidStream" ? Math.min(fault.afterTokens, tokens) : -1;
+    const breakAt = fault?.type !== "malformedSse" ? -1 : g.stream ? Math.min(fault.afterTokens, tokens) : tokens;
+    const head = {
+      id: g.format.idPrefix + randomUUID().replaceAll("-", ""),
+      object: g.stream ? g.format.chunkObject : g.format.object,
+      created: Math.floor(Date.now() / 1000),
+      model: g.model,
+      system_fingerprint: FINGERPRINT,
+    };
+    const usage = {
+      prompt_tokens: g.promptTokens,
+      completion_tokens: tokens,
+      total_tokens: g.promptTokens + tokens,
+    };
+    const event = (data: object) => `data: ${JSON.stringify(g.includeUsage ? { ...data, usage: null } : data)}\n\n`;
+    let emitted = 0;
+    let text = "";
+
+    const broken = () => {
+      if (!g.stream) return this.json(exchange, 200, undefined, "fault", `{"id":"${head.id}","choices": [`);
+      res.write('data: {"choices": [\n\n');
+      exchange.timer = setTimeout(() => this.end(exchange, "fault"), 1000);
+    };
+    const done = () => {
+      if (!g.stream) {
+        record.firstTokenAt = now();
+        return this.json(exchange, 200, { ...head, choices: [g.format.whole(text, finish)], usage });
+      }
+      res.write(event({ ...head, choices: [g.format.final(finish)] }));
+      if (g.includeUsage) res.write(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\n`);
+      this.end(exchange, "completed", "data: [DONE]\n\n");
+    };
+    /** After `emitted` tokens: stalls, breaks or finishes (true), or goes on (false). */
+    const next = (): boolean => {
+      if (emitted === stallAt) return true;
+      if (emitted === breakAt) broken();
+      else if (emitted === tokens) done();
+      else return false;
+      return true;
+    };
+    let due = now();
+    const gap = () => (drip ?? (emitted === 0 ? o.ttftMs : 1000 / o.tokensPerSecond)) * this.slowdown();
+    const tick = () => {
+      exchange.timer = undefined;
+      if (res.destroyed) return;
+      for (;;) {
+        const piece = `sim${emitted} `;
+        text += piece;
+        if (g.stream) {
+          res.write(event({ ...head, choices: [g.format.token(piece, emitted === 0)] }));
+          if (emitted === 0) record.firstTokenAt = now();
+        }
+        emitted++;
+        if (next()) return;
+        due += gap();
+        const wait = Math.round(due - now());
+        if (wait >= 1) {
+          exchange.timer = setTimeout(tick, wait);
+          return;
+        }
+      }
+    };
+
+    if (g.stream) {
+      res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+      res.flushHeaders();
+      record.headersAt = now();
+      record.status = 200;
+    }
+    if (tokens > 0 && (emitted === stallAt || emitted === breakAt)) return void next();
+    due += gap();
+    exchange.timer = setTimeout(tokens === 0 ? () => next() : tick, Math.max(1, Math.round(due - now())));
+  }
+
+  private json(exchange: Exchange, status: number, body: unknown, outcome?: Outcome, raw?: string) {
+    const { res, record } = exchange;
+    if (res.destroyed) return;
+    res.writeHead(status, { "content-type": "application/json" });
+    record.status = status;
+    record.headersAt = now();
+    this.end(exchange, outcome ?? (status < 400 ? "completed" : "error"), raw ?? JSON.stringify(body));
+  }
+
+  private fail(exchange: Exchange, status: number, message: string, outcome: Outcome = "error") {
+    this.json(exchange, status, errorBody(status, message), outcome);
+  }
+
+  /** Settles the record, then ends the response with its last bytes. */
+  private end(exchange: Exchange, outcome: Outcome, last?: string) {
+    clearTimeout(exchange.timer);
+    if (!settle(exchange.record, outcome)) return;
+    if (!exchange.res.destroyed) exchange.res.end(last);
+  }
+}
+
+/** Marks how a request ended, once; the first to settle wins. */
+function settle(record: RequestRecord, outcome: Outcome): boolean {
+  if (record.outcome !== "pending") return false;
+  record.outcome = outcome;
+  record.endedAt = now();
+  return true;
+}
+
+interface Embedding {
+  model: string;
+  inputs: string[];
+  base64: boolean;
+}
+
+/** The generation endpoints: each validates its body into the shared shape, or says why not. */
+const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => Generation | Embedding | string> = {
+  "POST /v1/completions": (body, o) => {
+    const r = CompletionBody.safeParse(body);
+    if (!r.success) return firstIssue(r.error);
+    if (KINDS[o.kind].rejectsSuffix && r.data.suffix) return "suffix is not currently supported";
+    const prompt = typeof r.data.prompt === "string" ? r.data.prompt : r.data.prompt[0]!;
+    return {
+      format: COMPLETION,
+      model: r.data.model,
+      promptTokens: promptTokens(prompt.length + (r.data.suffix?.length ?? 0)),
+      maxTokens: r.data.max_tokens ?? null,
+      stream: r.data.stream ?? false,
+      includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
+    };
+  },
+  "POST /v1/chat/completions": (body) => {
+    const r = ChatBody.safeParse(body);
+    if (!r.success) return firstIssue(r.error);
+    const chars = r.data.messages.reduce((sum, { content }) => {
+      if (typeof content === "string") return sum + content.length;
+      return sum + (content ?? []).reduce((s, part) => s + (part.text?.length ?? 0), 0);
+    }, 0);
+    return {
+      format: CHAT,
+      model: r.data.model,
+      promptTokens: promptTokens(chars),
+      maxTokens: r.data.max_completion_tokens ?? r.data.max_tokens ?? null,
+      stream: r.data.stream ?? false,
+      includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
+    };
+  },
+  "POST /v1/embeddings": (body) => {
+    const r = EmbeddingBody.safeParse(body);
+    if (!r.success) return firstIssue(r.error);
+    const inputs = typeof r.data.input === "string" ? [r.data.input] : r.data.input;
+    return { model: r.data.model, inputs, base64: r.data.encoding_format === "base64" };
+  },
+};
+
+/**
+ * Starts simulated backends on 127.0.0.1 and, with `control`, an HTTP control server for other
+ * processes.
+ *
+ * @example
+ * ```ts
+ * const sim = await startSimulator({ backends: [{ id: "us-east-1", ttftMs: 50 }] });
+ * const client = new OpenAI({ baseURL: sim.backend("us-east-1").url, apiKey: "unused" });
+ * await sim.backend("us-east-1").configure({ fault: { type: "status", status: 503, rate: 0.5 } });
+ * await sim.stop();
+ * ```
+ */
+export async function startSimulator(options: SimulatorOptions): Promise<Simulator> {
+  const { backends: list, control } = SimulatorOptions.parse(options);
+  const ids = new Set(list.map((b) => b.id));
+  if (ids.size !== list.length) throw new Error("simulator: backend ids must be unique");
+  const backends = list.map((b) => new Backend(b));
+  const started: Backend[] = [];
+  const stopBackends = () => Promise.all(started.map((b) => b.stop())).then(() => undefined);
+  try {
+    for (const backend of backends) {
+      await backend.start();
+      started.push(backend);
+    }
+  } catch (err) {
+    await stopBackends();
+    throw err;
+  }
+  const byId = new Map(backends.map((b) => [b.id, b]));
+  const backend = (id: string) => {
+    const found = byId.get(id);
+    if (!found) throw new Error(`simulator: no backend "${id}"`);
+    return found;
+  };
+  const controlServer = control
+    ? await startControlServer(byId, control === true ? 0 : (control.port ?? 0)).catch(async (err: unknown) => {
+        await stopBackends();
+        throw err;
+      })
+    : undefined;
+  let stopped: Promise<void> | undefined;
+  return {
+    backends,
+    backend,
+    ...(controlServer ? { control: controlServer.url } : {}),
+    stop: () => (stopped ??= Promise.all([stopBackends(), controlServer?.close()]).then(() => undefined)),
+  };
+}
+
+/**
+ * The control API, JSON over HTTP, for other processes (benchmarks, `npm start`): `GET /backends`,
+ * `PATCH /backends/:id` (a patch of options), `GET /backends/:id/records?since=seq`,
+ * `DELETE /backends/:id/records` (clears them and the peak), `POST /backends/:id/reset-peak`.
+ */
+async function startControlServer(backends: Map<string, Backend>, port: number) {
+  const view = (b: Backend) => ({
+    id: b.id,
+    url: b.url,
+    port: b.port,
+    options: b.options(),
+    inflight: b.inflight(),
+    peak: b.peakConcurrency(),
+  });
+  const answer = async (req: IncomingMessage): Promise<[number, unknown]> => {
+    const url = new URL(req.url ?? "/", "http://control");
+    const text = (await readBody(req)) ?? "";
+    if (req.method === "GET" && url.pathname === "/backends") {
+      return [200, { backends: [...backends.values()].map(view) }];
+    }
+    const match = /^\/backends\/([^/]+)(\/records|\/reset-peak)?$/.exec(url.pathname);
+    const backend = match ? backends.get(decodeURIComponent(match[1]!)) : undefined;
+    if (!match || !backend) return [404, errorBody(404, `Not Found: ${req.method} ${url.pathname}`)];
+    switch (`${req.method} ${match[2] ?? ""}`) {
+      case "PATCH ": {
+        let patch: BackendPatch;
+        try {
+          patch = BackendPatch.parse(JSON.parse(text));
+        } catch (err) {
+          return [400, errorBody(400, err instanceof z.ZodError ? firstIssue(err) : "the body is not JSON")];
+        }
+        await backend.configure(patch);
+        return [200, view(backend)];
+      }
+      case "GET /records": {
+        const since = Number(url.searchParams.get("since") ?? 0);
+        return [200, { records: backend.records().filter((r) => r.seq > since) }];
+      }
+      case "DELETE /records":
+        backend.clear();
+        backend.resetPeak();
+        return [200, view(backend)];
+      case "POST /reset-peak":
+        backend.resetPeak();
+        return [200, view(backend)];
+      default:
+        return [405, errorBody(405, "Method Not Allowed")];
+    }
+  };
+  const server = createServer((req, res) => {
+    const reply = ([status, body]: [number, unknown]) => {
+      res.writeHead(status, { "content-type": "application/json", "X-Simulator": "sextant" });
+      res.end(JSON.stringify(body));
+    };
+    answer(req).then(reply, (err: unknown) => reply([500, errorBody(500, String(err))]));
+  });
+  await new Promise<void>((ok, fail) => {
+    server.once("error", fail);
+    server.listen(port, HOST, () => ok());
+  });
+  const url = `http://${HOST}:${(server.address() as AddressInfo).port}`;
+  const close = () => {
+    const closed = new Promise((done) => server.close(done));
+    server.closeAllConnections();
+    return closed.then(() => undefined);
+  };
+  return { url, close };
+}

@@ -1,0 +1,204 @@
+/**
+ * The inference gateway's backend configuration: pools of regional endpoints, as data.
+ * The edge validates `GATEWAY_CONFIG` with this schema; the Terraform in `gpu-backends/` emits
+ * exactly this shape, and its checks validate those outputs with the same schema.
+ */
+import { z } from "zod";
+
+/** What a pool serves. */
+export const POOL_ROLES = ["tab", "apply", "chat", "embed"] as const;
+export const PoolRole = z.enum(POOL_ROLES);
+export type PoolRole = z.infer<typeof PoolRole>;
+
+/**
+ * Priority classes, highest first. A request's class is its pool's role (embeddings count as
+ * background work), lowered to `background` when the client marks it so with `X-Sextant-Priority`.
+ */
+export const PRIORITY_CLASSES = ["tab", "chat", "apply", "background"] as const;
+export const PriorityClass = z.enum(PRIORITY_CLASSES);
+export type PriorityClass = z.infer<typeof PriorityClass>;
+
+/** What an endpoint runs: it decides how FIM and `prediction` are sent and where health is probed. */
+export const ENDPOINT_KINDS = ["vllm", "sglang", "openai"] as const;
+export const EndpointKind = z.enum(ENDPOINT_KINDS);
+export type EndpointKind = z.infer<typeof EndpointKind>;
+
+/** Model families whose fill-in-the-middle template the edge can render. */
+export const FIM_FAMILIES = ["qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama", "codestral"] as const;
+export const FimFamily = z.enum(FIM_FAMILIES);
+export type FimFamily = z.infer<typeof FimFamily>;
+
+const ENV_NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
+const ms = (max: number) => z.number().int().min(1).max(max);
+
+export const Endpoint = z
+  .object({
+    /** Unique across the whole configuration; shows up in health, logs and metrics. */
+    id: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, "lower-case letters, digits, '.', '_' and '-'"),
+    region: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/),
+    latitude: z.number().min(-90).max(90),
+    longitude: z.number().min(-180).max(180),
+    /** The OpenAI-compatible base URL, ending in `/v1`. */
+    url: z.url({ protocol: /^https?$/ }),
+    /** The model name the backend serves; omitted, the client's model is sent unchanged. */
+    model: z.string().min(1).max(256).optional(),
+    kind: EndpointKind,
+    /** Concurrent requests it serves at full speed; the edge never sends it more. */
+    capacity: z.number().int().min(1).max(100_000),
+    /** Relative share among endpoints of the same region. */
+    weight: z.number().positive().max(1000).default(1),
+    /** Name of the Worker secret sent as `Authorization: Bearer …` (never the secret itself). */
+    secret: z.string().regex(ENV_NAME, "an environment variable name such as POOL_TAB_KEY").optional(),
+    /** Health URL; defaults to `/health` at the server root for vLLM and SGLang, `<url>/models` otherwise. */
+    health: z.url({ protocol: /^https?$/ }).optional(),
+  })
+  .strict();
+export type Endpoint = z.infer<typeof Endpoint>;
+
+export const Timeouts = z
+  .object({
+    /** Until the backend's response headers (Workers' fetch does not expose the TCP connect apart). */
+    connectMs: ms(60_000).default(1_000),
+    /** Until the first token (the first SSE event, or the whole body when not streaming). */
+    firstByteMs: ms(600_000).default(5_000),
+    /** Longest silence between two streamed events. */
+    gapMs: ms(600_000).default(5_000),
+    /** The whole request, failovers included. */
+    deadlineMs: ms(3_600_000).default(60_000),
+  })
+  .strict();
+export type Timeouts = z.infer<typeof Timeouts>;
+
+export const Pool = z
+  .object({
+    role: PoolRole,
+    /** Public model names clients ask for; `*` takes any name (and sends it on unchanged). */
+    models: z.array(z.string().min(1).max(256)).min(1),
+    /** FIM template for `/v1/completions` with `suffix` on vLLM and SGLang endpoints. */
+    fim: FimFamily.optional(),
+    endpoints: z.array(Endpoint).min(1),
+    timeouts: Timeouts.prefault({}),
+    /** Tab only: send a second request to another region when the first token is this late. */
+    hedgeAfterMs: ms(60_000).optional(),
+    retries: z
+      .object({
+        /** Attempts per request, the first included. */
+        maxAttempts: z.number().int().min(1).max(10).default(3),
+        /** Retries in flight may be at most this share of the pool's requests in flight… */
+        budgetRatio: z.number().min(0).max(1).default(0.2),
+        /** …but this many are always allowed. */
+        minRetries: z.number().int().min(0).max(1000).default(3),
+      })
+      .strict()
+      .prefault({}),
+    recovery: z
+      .object({
+        /** After a total outage, admission grows from paid tiers to all users over this window. */
+        rampMs: z.number().int().min(0).max(3_600_000).default(30_000),
+        /** A recovered endpoint's capacity grows linearly from a tenth to all over this window. */
+        slowStartMs: z.number().int().min(0).max(3_600_000).default(30_000),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict()
+  .superRefine((pool, ctx) => {
+    const needsFim = pool.role === "tab" && pool.endpoints.some((e) => e.kind !== "openai");
+    if (needsFim && !pool.fim)
+      ctx.addIssue({ code: "custom", path: ["fim"], message: "required for a tab pool with vLLM or SGLang endpoints" });
+    if (pool.hedgeAfterMs !== undefined && pool.role !== "tab")
+      ctx.addIssue({ code: "custom", path: ["hedgeAfterMs"], message: "only tab pools hedge" });
+  });
+export type Pool = z.infer<typeof Pool>;
+
+export const ClassBudget = z
+  .object({
+    /** Requests of this class in flight per isolate before it is shed with 429. */
+    concurrency: z.number().int().min(1).max(1_000_000),
+    /**
+     * Share of an endpoint's capacity this class may fill. Lower classes get smaller shares, so
+     * that when backends are full they are shed first and tab always finds room.
+     */
+    share: z.number().min(0.05).max(1),
+  })
+  .strict();
+
+export const GatewayConfig = z
+  .object({
+    pools: z.record(z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/), Pool),
+    /** Where a request comes from when `request.cf` has no location (local runs). */
+    defaultLocation: z
+      .object({ latitude: z.number().min(-90).max(90), longitude: z.number().min(-180).max(180) })
+      .strict()
+      .default({ latitude: 39.04, longitude: -77.49 }),
+    health: z
+      .object({
+        /** Active probes from the health object's alarm. */
+        probeIntervalMs: z.number().int().min(100).max(600_000).default(5_000),
+        probeTimeoutMs: z.number().int().min(50).max(60_000).default(2_000),
+        /** Consecutive failures (real traffic) that eject an endpoint… */
+        ejectAfterFailures: z.number().int().min(1).max(100).default(3),
+        /** …for this long, doubled on each ejection in a row. */
+        ejectionMs: z.number().int().min(100).max(3_600_000).default(10_000),
+        /** How stale an isolate's health snapshot may get before it refreshes it in the background. */
+        snapshotMaxAgeMs: z.number().int().min(100).max(600_000).default(1_000),
+      })
+      .strict()
+      .prefault({}),
+    classes: z
+      .object({
+        tab: ClassBudget.default({ concurrency: 10_000, share: 1 }),
+        chat: ClassBudget.default({ concurrency: 2_000, share: 0.9 }),
+        apply: ClassBudget.default({ concurrency: 1_000, share: 0.75 }),
+        background: ClassBudget.default({ concurrency: 500, share: 0.5 }),
+      })
+      .strict()
+      .prefault({}),
+    /** How long a tab request may wait for a free slot before it is refused. */
+    tabQueueMs: z.number().int().min(0).max(10_000).default(250),
+  })
+  .strict()
+  .superRefine((config, ctx) => {
+    const seen = new Map<string, string>();
+    const models = new Map<string, string>();
+    for (const [name, pool] of Object.entries(config.pools)) {
+      pool.endpoints.forEach((endpoint, i) => {
+        const other = seen.get(endpoint.id);
+        if (other && other !== endpoint.url)
+          ctx.addIssue({
+            code: "custom",
+            path: ["pools", name, "endpoints", i, "id"],
+            message: `endpoint id ${endpoint.id} names two different URLs`,
+          });
+        seen.set(endpoint.id, endpoint.url);
+      });
+      for (const model of pool.models) {
+        const route = `${pool.role === "embed" ? "embed" : pool.role === "tab" ? "completions" : "chat"}:${model}`;
+        const owner = models.get(route);
+        if (owner)
+          ctx.addIssue({
+            code: "custom",
+            path: ["pools", name, "models"],
+            message: `model ${model} is already served by pool ${owner}`,
+          });
+        models.set(route, name);
+      }
+    }
+  });
+export type GatewayConfig = z.infer<typeof GatewayConfig>;
+export type GatewayConfigInput = z.input<typeof GatewayConfig>;
+
+/** The header an editor sends so the edge can cancel a superseded tab request of the same session. */
+export const SESSION_HEADER = "X-Sextant-Session";
+/** The header that lowers a request to the background class (experiments, prefetches). */
+export const PRIORITY_HEADER = "X-Sextant-Priority";
+
+/** A stable per-user draw in [0, 1): a recovery ramp admitting share p admits the users below p (FNV-1a). */
+export function userShare(userId: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < userId.length; i++) {
+    h ^= userId.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) / 2 ** 32;
+}

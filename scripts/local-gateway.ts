@@ -1,0 +1,39 @@
+/**
+ * The local default of `npm start` when no real backend is configured: two simulated GPU regions
+ * (Virginia and London), each serving every pool, with the simulator's models. Everything they
+ * return says it is simulated.
+ */
+import type { GatewayConfigInput } from "../protocol/gateway.js";
+import type { BackendOptions } from "../gpu-backends/simulator/simulator.js";
+
+export const LOCAL_MODELS = {
+  tab: "tab-simulated",
+  chat: "chat-simulated",
+  apply: "apply-simulated",
+  embed: "embed-simulated",
+} as const;
+
+export const LOCAL_BACKENDS: BackendOptions[] = [
+  { id: "sim-us-east", models: Object.values(LOCAL_MODELS), capacity: 32, ttftMs: 30, tokensPerSecond: 150 },
+  { id: "sim-eu-west", models: Object.values(LOCAL_MODELS), capacity: 32, ttftMs: 30, tokensPerSecond: 150 },
+];
+
+export function localGatewayConfig(urls: Record<string, string>): GatewayConfigInput {
+  const endpoints = [
+    { id: "sim-us-east", region: "us-east", latitude: 39.04, longitude: -77.49 },
+    { id: "sim-eu-west", region: "eu-west", latitude: 51.51, longitude: -0.13 },
+  ].map((e) => ({ ...e, url: urls[e.id]!, kind: "vllm" as const, capacity: 32 }));
+  const pool = (role: "tab" | "chat" | "apply" | "embed") => ({
+    role,
+    models: [LOCAL_MODELS[role]],
+    endpoints: endpoints.map((e) => ({ ...e, model: LOCAL_MODELS[role] })),
+  });
+  return {
+    pools: {
+      tab: { ...pool("tab"), fim: "qwen2.5-coder", hedgeAfterMs: 150 },
+      chat: pool("chat"),
+      apply: pool("apply"),
+      embed: pool("embed"),
+    },
+  };
+}

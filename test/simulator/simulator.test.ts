@@ -1,0 +1,529 @@
+import { spawn } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
+import OpenAI, {
+  APIConnectionError,
+  APIConnectionTimeoutError,
+  APIError,
+  AuthenticationError,
+  BadRequestError,
+  InternalServerError,
+  NotFoundError,
+} from "openai";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import {
+  simulatedEmbedding,
+  startSimulator,
+  type RequestRecord,
+  type Simulator,
+} from "../../gpu-backends/simulator/simulator.js";
+
+const now = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+let sim: Simulator;
+
+beforeAll(async () => {
+  sim = await startSimulator({
+    control: true,
+    backends: [
+      { id: "vllm", models: ["sim-model", "sim-coder"], ttftMs: 5, tokensPerSecond: 2000, completionTokens: 8 },
+      { id: "openai", kind: "openai", ttftMs: 5, tokensPerSecond: 2000, completionTokens: 8 },
+      { id: "keyed", apiKey: "sk-sim-secret", ttftMs: 1 },
+      { id: "faulty", ttftMs: 5, tokensPerSecond: 1000, completionTokens: 8 },
+      { id: "small", capacity: 2, maxConcurrency: 3, ttftMs: 150, tokensPerSecond: 100, completionTokens: 4 },
+      { id: "wide", capacity: 400, ttftMs: 500, tokensPerSecond: 50, completionTokens: 16 },
+    ],
+  });
+});
+afterAll(() => sim?.stop());
+beforeEach(async () => {
+  for (const backend of sim.backends) {
+    backend.clear();
+    backend.resetPeak();
+  }
+  await sim.backend("faulty").configure({ fault: { type: "none" } });
+});
+
+function client(id: string, options: ConstructorParameters<typeof OpenAI>[0] = {}) {
+  return new OpenAI({ baseURL: sim.backend(id).url, apiKey: "sk-unused", maxRetries: 0, ...options });
+}
+
+async function waitFor<T>(probe: () => T | undefined, ms = 2000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error("waitFor: timed out");
+    await sleep(5);
+  }
+}
+
+const settled = (id: string) =>
+  waitFor(() =>
+    sim
+      .backend(id)
+      .records()
+      .find((r) => r.outcome !== "pending"),
+  );
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => expect.fail("expected a rejection"),
+    (err: unknown) => err,
+  );
+}
+
+describe("the OpenAI protocol, through the openai SDK", () => {
+  it("answers a whole completion with simulated tokens, finish reason and usage", async () => {
+    const sdk = client("vllm");
+    const short = await sdk.completions.create({ model: "sim-model", prompt: "12345678", max_tokens: 3 });
+    expect(short.id).toMatch(/^cmpl-sim-/);
+    expect(short.object).toBe("text_completion");
+    expect(short.system_fingerprint).toBe("sextant-simulator");
+    expect(short.choices[0]).toMatchObject({ index: 0, text: "sim0 sim1 sim2 ", finish_reason: "length" });
+    expect(short.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 });
+
+    const full = await sdk.completions.create({ model: "sim-coder", prompt: ["123456789"] });
+    expect(full.model).toBe("sim-coder");
+    expect(full.choices[0]?.finish_reason).toBe("stop");
+    expect(full.usage).toEqual({ prompt_tokens: 3, completion_tokens: 8, total_tokens: 11 });
+
+    const [record] = sim.backend("vllm").records();
+    expect(record).toMatchObject({
+      seq: expect.any(Number),
+      path: "/v1/completions",
+      outcome: "completed",
+      status: 200,
+    });
+    expect(record?.body).toMatchObject({ model: "sim-model", prompt: "12345678", max_tokens: 3 });
+  });
+
+  it("answers a whole chat completion, counting every message's characters", async () => {
+    const chat = await client("vllm").chat.completions.create({
+      model: "sim-model",
+      messages: [
+        { role: "system", content: "1234" },
+        { role: "user", content: [{ type: "text", text: "12345" }] },
+      ],
+      max_completion_tokens: 2,
+    });
+    expect(chat.id).toMatch(/^chatcmpl-sim-/);
+    expect(chat.object).toBe("chat.completion");
+    expect(chat.choices[0]?.message).toMatchObject({ role: "assistant", content: "sim0 sim1 " });
+    expect(chat.choices[0]?.finish_reason).toBe("length");
+    expect(chat.usage).toEqual({ prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 });
+  });
+
+  it("streams chat one event per token, then the finish reason, the usage and [DONE]", async () => {
+    const { data: stream, response } = await client("vllm")
+      .chat.completions.create({
+        model: "sim-model",
+        messages: [{ role: "user", content: "hello" }],
+        stream: true,
+        stream_options: { include_usage: true },
+      })
+      .withResponse();
+    expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    expect(response.headers.get("x-simulator")).toBe("sextant");
+    expect(response.headers.get("x-request-id")).toBeTruthy();
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+
+    expect(chunks).toHaveLength(8 + 2);
+    expect(chunks.every((c) => c.object === "chat.completion.chunk" && c.id === chunks[0]?.id)).toBe(true);
+    expect(chunks[0]?.choices[0]?.delta.role).toBe("assistant");
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? "").join("");
+    expect(text).toBe("sim0 sim1 sim2 sim3 sim4 sim5 sim6 sim7 ");
+    expect(chunks[8]?.choices[0]).toMatchObject({ delta: {}, finish_reason: "stop" });
+    expect(chunks[9]).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: 2, completion_tokens: 8, total_tokens: 10 },
+    });
+
+    const record = await settled("vllm");
+    expect(record.outcome).toBe("completed");
+    expect(record.headersAt! - record.receivedAt).toBeLessThan(record.firstTokenAt! - record.receivedAt);
+    expect(record.firstTokenAt! - record.headersAt!).toBeGreaterThanOrEqual(3);
+  });
+
+  it("streams a completion without a usage event unless asked", async () => {
+    const stream = await client("vllm").completions.create({
+      model: "sim-model",
+      prompt: "x",
+      max_tokens: 2,
+      stream: true,
+    });
+    const chunks: OpenAI.Completion[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.map((c) => c.object)).toEqual(["text_completion", "text_completion", "text_completion"]);
+    expect(chunks.map((c) => c.choices[0]?.text)).toEqual(["sim0 ", "sim1 ", ""]);
+    expect(chunks[2]?.choices[0]?.finish_reason).toBe("length");
+    expect(chunks.every((c) => c.usage === undefined)).toBe(true);
+  });
+
+  it("embeds deterministically as floats and as the SDK's default base64", async () => {
+    const sdk = client("vllm");
+    const floats = await sdk.embeddings.create({
+      model: "sim-model",
+      input: ["alpha", "beta"],
+      encoding_format: "float",
+    });
+    const decoded = await sdk.embeddings.create({ model: "sim-model", input: ["alpha", "beta"] });
+    expect(sim.backend("vllm").records()[1]?.body).toMatchObject({ encoding_format: "base64" });
+    expect(floats.data.map((d) => d.index)).toEqual([0, 1]);
+    expect(decoded.data.map((d) => d.embedding)).toEqual(floats.data.map((d) => d.embedding));
+    const [alpha, beta] = floats.data.map((d) => d.embedding);
+    expect(alpha).toHaveLength(16);
+    expect(Math.hypot(...alpha!)).toBeCloseTo(1, 5);
+    expect(alpha).toEqual(simulatedEmbedding("alpha", 16));
+    expect(beta).not.toEqual(alpha);
+    expect(floats.usage).toEqual({ prompt_tokens: 3, total_tokens: 3 });
+    expect(floats.model).toBe("sim-model");
+  });
+
+  it("lists the served models", async () => {
+    const models = [];
+    for await (const model of client("vllm").models.list()) models.push(model);
+    expect(models.map((m) => [m.id, m.object, m.owned_by])).toEqual([
+      ["sim-model", "model", "sextant-simulator"],
+      ["sim-coder", "model", "sextant-simulator"],
+    ]);
+  });
+
+  it("rejects a suffix with 400 like vLLM, and accepts it as OpenAI", async () => {
+    const err = await rejection(client("vllm").completions.create({ model: "sim-model", prompt: "a", suffix: "b" }));
+    expect(err).toBeInstanceOf(BadRequestError);
+    expect((err as BadRequestError).message).toContain("suffix is not currently supported");
+    const ok = await client("openai").completions.create({ model: "sim-model", prompt: "a", suffix: "b" });
+    expect(ok.choices[0]?.text).toMatch(/^sim0 /);
+  });
+
+  it("answers 404 with vLLM's message for a model it does not serve", async () => {
+    const err = await rejection(client("vllm").completions.create({ model: "gpt-4o", prompt: "a" }));
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect((err as NotFoundError).error).toMatchObject({ message: "The model `gpt-4o` does not exist.", code: 404 });
+  });
+
+  it("answers 401 without the backend's key, and records the Authorization header", async () => {
+    const err = await rejection(client("keyed", { apiKey: "sk-wrong" }).models.list());
+    expect(err).toBeInstanceOf(AuthenticationError);
+    const ok = await client("keyed", { apiKey: "sk-sim-secret" }).completions.create({
+      model: "sim-model",
+      prompt: "a",
+    });
+    expect(ok.usage?.completion_tokens).toBe(16);
+    expect(
+      sim
+        .backend("keyed")
+        .records()
+        .map((r) => [r.authorization, r.outcome]),
+    ).toEqual([
+      ["Bearer sk-wrong", "error"],
+      ["Bearer sk-sim-secret", "completed"],
+    ]);
+  });
+
+  it("answers malformed JSON with 400 and unknown paths with 404, in the error envelope", async () => {
+    const base = sim.backend("vllm").url;
+    const bad = await fetch(`${base}/chat/completions`, {
+      method: "POST",
+      body: "{nope",
+      headers: { "x-request-id": "r-1" },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get("x-request-id")).toBe("r-1");
+    expect(bad.headers.get("x-simulator")).toBe("sextant");
+    expect(await bad.json()).toMatchObject({ error: { type: "BadRequestError", param: null, code: 400 } });
+    const missing = await fetch(`${base}/responses`, { method: "POST", body: "{}" });
+    expect(missing.status).toBe(404);
+    expect(await missing.json()).toMatchObject({ error: { code: 404 } });
+    const root = await fetch(base.replace(/\/v1$/, "/nothing"));
+    expect(root.status).toBe(404);
+  });
+});
+
+describe("faults", () => {
+  it("refuses connections while `refuse` is set, then listens again on the same port", async () => {
+    const backend = sim.backend("faulty");
+    const url = backend.url;
+    await backend.configure({ fault: { type: "refuse" } });
+    const err = await rejection(client("faulty").completions.create({ model: "sim-model", prompt: "a" }));
+    expect(err).toBeInstanceOf(APIConnectionError);
+    expect(err).not.toBeInstanceOf(APIConnectionTimeoutError);
+    expect(backend.records()).toEqual([]);
+
+    await backend.configure({ fault: { type: "none" } });
+    expect(backend.url).toBe(url);
+    const ok = await client("faulty").completions.create({ model: "sim-model", prompt: "a" });
+    expect(ok.choices[0]?.text).toMatch(/^sim0 /);
+  });
+
+  it("drops open streams when `refuse` is set, as a crashed server would", async () => {
+    const backend = sim.backend("faulty");
+    await backend.configure({ fault: { type: "slowDrip", intervalMs: 50 } });
+    const stream = await client("faulty").completions.create({ model: "sim-model", prompt: "a", stream: true });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    await backend.configure({ fault: { type: "refuse" } });
+    await expect(iterator.next()).rejects.toThrow();
+    expect(backend.records()[0]).toMatchObject({ outcome: "fault", fault: "slowDrip" });
+  });
+
+  it("answers the configured status in the error envelope, for the configured share of requests", async () => {
+    const backend = sim.backend("faulty");
+    await backend.configure({ fault: { type: "status", status: 500 } });
+    const err = await rejection(client("faulty").chat.completions.create({ model: "sim-model", messages: [] }));
+    expect(err).toBeInstanceOf(BadRequestError);
+    const failed = await rejection(
+      client("faulty").chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "a" }] }),
+    );
+    expect(failed).toBeInstanceOf(InternalServerError);
+    expect((failed as InternalServerError).error).toMatchObject({ type: "InternalServerError", code: 500 });
+    expect(backend.records()[1]).toMatchObject({ outcome: "fault", fault: "status", status: 500 });
+
+    await backend.configure({ fault: { type: "status", status: 500, rate: 0 } });
+    await client("faulty").completions.create({ model: "sim-model", prompt: "a" });
+  });
+
+  it("hangs before headers until the SDK times out, and records the abort", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "hangBeforeHeaders" } });
+    const started = now();
+    const err = await rejection(
+      client("faulty", { timeout: 200 }).completions.create({ model: "sim-model", prompt: "a", stream: true }),
+    );
+    expect(err).toBeInstanceOf(APIConnectionTimeoutError);
+    const record = await settled("faulty");
+    expect(record).toMatchObject({ outcome: "aborted", fault: "hangBeforeHeaders" });
+    expect(record.headersAt).toBeUndefined();
+    expect(record.abortedAt! - started).toBeGreaterThanOrEqual(195);
+    expect(sim.backend("faulty").inflight()).toBe(0);
+  });
+
+  it("stalls mid-stream after the configured tokens until the client aborts", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "hangMidStream", afterTokens: 2 } });
+    const controller = new AbortController();
+    const stream = await client("faulty").chat.completions.create(
+      { model: "sim-model", messages: [{ role: "user", content: "a" }], stream: true },
+      { signal: controller.signal },
+    );
+    setTimeout(() => controller.abort(), 300);
+    const contents: string[] = [];
+    // The SDK ends the iteration quietly when its signal aborts.
+    for await (const chunk of stream) contents.push(chunk.choices[0]?.delta.content ?? "");
+    expect(controller.signal.aborted).toBe(true);
+    expect(contents).toEqual(["sim0 ", "sim1 "]);
+    const record = await settled("faulty");
+    expect(record).toMatchObject({ outcome: "aborted", fault: "hangMidStream" });
+    expect(record.abortedAt! - record.receivedAt).toBeGreaterThanOrEqual(290);
+  });
+
+  it("breaks the stream with invalid JSON, which the SDK's iteration throws", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "malformedSse", afterTokens: 3 } });
+    const stream = await client("faulty").completions.create({ model: "sim-model", prompt: "a", stream: true });
+    const texts: string[] = [];
+    await expect(
+      (async () => {
+        for await (const chunk of stream) texts.push(chunk.choices[0]?.text ?? "");
+      })(),
+    ).rejects.toThrow(/JSON/);
+    expect(texts).toEqual(["sim0 ", "sim1 ", "sim2 "]);
+  });
+
+  it("ends a malformed stream after about a second without [DONE]", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "malformedSse", afterTokens: 1 } });
+    const res = await fetch(`${sim.backend("faulty").url}/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "sim-model", prompt: "a", stream: true }),
+    });
+    const started = now();
+    const body = await res.text();
+    expect(now() - started).toBeGreaterThan(900);
+    expect(body).toContain('data: {"choices": [\n\n');
+    expect(body).not.toContain("[DONE]");
+    expect(sim.backend("faulty").records()[0]).toMatchObject({ outcome: "fault", fault: "malformedSse" });
+  });
+
+  it("drips tokens at the configured interval", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "slowDrip", intervalMs: 80 } });
+    const stream = await client("faulty").completions.create({
+      model: "sim-model",
+      prompt: "a",
+      max_tokens: 3,
+      stream: true,
+    });
+    const started = now();
+    const arrivals: number[] = [];
+    for await (const chunk of stream) if (chunk.choices[0]?.text) arrivals.push(now() - started);
+    expect(arrivals).toHaveLength(3);
+    const gaps = arrivals.map((t, i) => t - (arrivals[i - 1] ?? 0));
+    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(60);
+    expect(arrivals[2]).toBeGreaterThanOrEqual(230);
+  });
+
+  it("fails /health while unhealthy but still serves requests", async () => {
+    const root = sim.backend("faulty").url.replace(/\/v1$/, "");
+    const healthy = await fetch(`${root}/health`);
+    expect([healthy.status, await healthy.text()]).toEqual([200, ""]);
+    await sim.backend("faulty").configure({ fault: { type: "unhealthy" } });
+    expect((await fetch(`${root}/health`)).status).toBe(503);
+    const ok = await client("faulty").completions.create({ model: "sim-model", prompt: "a" });
+    expect(ok.choices[0]?.finish_reason).toBe("stop");
+  });
+});
+
+describe("load", () => {
+  it("slows down past capacity, reports it in /metrics and refuses beyond maxConcurrency", async () => {
+    const backend = sim.backend("small");
+    const sdk = client("small");
+    const requests = Array.from({ length: 4 }, () =>
+      sdk.completions.create({ model: "sim-model", prompt: "a" }).then(
+        () => undefined,
+        (err: unknown) => err,
+      ),
+    );
+    await waitFor(() => (backend.records().length === 4 ? true : undefined));
+    const metrics = await (await fetch(backend.url.replace(/\/v1$/, "/metrics"))).text();
+    expect(metrics).toContain('vllm:num_requests_running{model_name="sim-model"} 2');
+    expect(metrics).toContain('vllm:num_requests_waiting{model_name="sim-model"} 1');
+
+    const errors = (await Promise.all(requests)).filter((err) => err !== undefined);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(APIError);
+    expect((errors[0] as APIError).status).toBe(503);
+    expect(backend.peakConcurrency()).toBe(3);
+    const records = backend.records();
+    expect(records.map((r) => r.outcome).sort()).toEqual(["completed", "completed", "completed", "refused"]);
+    expect(records.map((r) => r.concurrencyAtArrival)).toEqual([1, 2, 3, 4]);
+    // The third ran at 3/2 of the speed: its 150 ms to the first token became 225 ms.
+    const third = records[2]!;
+    expect(third.endedAt! - third.receivedAt).toBeGreaterThanOrEqual(220);
+  });
+
+  it("records a client abort within a few milliseconds", async () => {
+    const backend = sim.backend("faulty");
+    await backend.configure({ fault: { type: "slowDrip", intervalMs: 20 } });
+    const sdk = client("faulty");
+    const latencies: number[] = [];
+    // Several aborts, judged by the median: the first one in a process pays for loading the SDK's abort path.
+    for (let i = 0; i < 5; i++) {
+      backend.clear();
+      const controller = new AbortController();
+      const stream = await sdk.chat.completions.create(
+        { model: "sim-model", messages: [{ role: "user", content: "a" }], stream: true },
+        { signal: controller.signal },
+      );
+      let abortedAt = 0;
+      // The SDK ends the iteration quietly when its signal aborts.
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta.content === "sim1 ") {
+          abortedAt = now();
+          controller.abort();
+        }
+      }
+      const record = await settled("faulty");
+      expect(record.outcome).toBe("aborted");
+      expect(record.abortedAt).toBeGreaterThanOrEqual(abortedAt);
+      latencies.push(record.abortedAt! - abortedAt);
+    }
+    expect(latencies.sort((a, b) => a - b)[2]).toBeLessThan(10);
+    expect(backend.inflight()).toBe(0);
+  });
+
+  it("serves 250 concurrent streams to the end", async () => {
+    const url = `${sim.backend("wide").url}/completions`;
+    const body = JSON.stringify({ model: "sim-model", prompt: "a", stream: true });
+    const started = now();
+    const texts = await Promise.all(
+      Array.from({ length: 250 }, async () => (await fetch(url, { method: "POST", body })).text()),
+    );
+    const elapsed = now() - started;
+    for (const text of texts) {
+      expect(text.match(/"text":"sim\d+ "/g)).toHaveLength(16);
+      expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
+    }
+    expect(sim.backend("wide").peakConcurrency()).toBe(250);
+    expect(elapsed).toBeLessThan(10_000);
+  });
+});
+
+describe("control", () => {
+  it("changes options, lists records since a sequence number and clears them over HTTP", async () => {
+    const control = sim.control!;
+    const listed = (await (await fetch(`${control}/backends`)).json()) as { backends: { id: string; url: string }[] };
+    expect(listed.backends.map((b) => b.id)).toEqual(sim.backends.map((b) => b.id));
+    expect(listed.backends.find((b) => b.id === "faulty")?.url).toBe(sim.backend("faulty").url);
+
+    const patched = await fetch(`${control}/backends/faulty`, {
+      method: "PATCH",
+      body: JSON.stringify({ fault: { type: "status", status: 502 } }),
+    });
+    expect(await patched.json()).toMatchObject({ options: { fault: { type: "status", status: 502 } } });
+    const err = await rejection(client("faulty").completions.create({ model: "sim-model", prompt: "a" }));
+    expect((err as APIError).status).toBe(502);
+    await client("faulty").models.list();
+
+    const all = (await (await fetch(`${control}/backends/faulty/records`)).json()) as { records: RequestRecord[] };
+    expect(all.records.map((r) => [r.path, r.outcome, r.status])).toEqual([
+      ["/v1/completions", "fault", 502],
+      ["/v1/models", "completed", 200],
+    ]);
+    const since = all.records[0]!.seq;
+    const later = (await (await fetch(`${control}/backends/faulty/records?since=${since}`)).json()) as {
+      records: RequestRecord[];
+    };
+    expect(later.records.map((r) => r.path)).toEqual(["/v1/models"]);
+
+    const bad = await fetch(`${control}/backends/faulty`, { method: "PATCH", body: '{"fault":{"type":"melt"}}' });
+    expect(bad.status).toBe(400);
+    expect((await fetch(`${control}/backends/nowhere/records`)).status).toBe(404);
+
+    expect(sim.backend("faulty").peakConcurrency()).toBe(1);
+    const cleared = await fetch(`${control}/backends/faulty/records`, { method: "DELETE" });
+    expect(await cleared.json()).toMatchObject({ peak: 0 });
+    expect(sim.backend("faulty").records()).toEqual([]);
+    expect((await fetch(`${control}/backends/faulty/reset-peak`, { method: "POST" })).status).toBe(200);
+  });
+
+  it("stops with a hanging request open", async () => {
+    const own = await startSimulator({ backends: [{ id: "x", fault: { type: "hangBeforeHeaders" } }] });
+    const pending = fetch(`${own.backend("x").url}/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "sim-model", prompt: "a" }),
+    });
+    await waitFor(() => (own.backend("x").inflight() === 1 ? true : undefined));
+    const started = now();
+    await own.stop();
+    expect(now() - started).toBeLessThan(500);
+    await expect(pending).rejects.toThrow();
+    expect(own.backend("x").records()[0]?.outcome).toBe("error");
+  });
+
+  it("runs as a process that prints its URLs and stops on SIGTERM", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "sextant-sim-"));
+    try {
+      const config = join(dir, "backends.json");
+      await writeFile(config, JSON.stringify({ backends: [{ id: "eu-west-1", models: ["m"] }, { id: "us-east-1" }] }));
+      const child = spawn("node_modules/.bin/tsx", ["gpu-backends/simulator/main.ts", "--config", config], {
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (data: Buffer) => (stderr += data));
+      const exited = once(child, "exit");
+      const [line] = (await once(createInterface({ input: child.stdout }), "line")) as [string];
+      const ready = JSON.parse(line) as { control: string; backends: Record<string, string> };
+      expect(Object.keys(ready.backends)).toEqual(["eu-west-1", "us-east-1"]);
+      const models = await new OpenAI({ baseURL: ready.backends["eu-west-1"], apiKey: "x" }).models.list();
+      expect(models.data.map((m) => m.id)).toEqual(["m"]);
+      expect((await fetch(`${ready.control}/backends`)).status).toBe(200);
+      child.kill("SIGTERM");
+      expect(await exited).toEqual([0, null]);
+      expect(stderr).toContain("SIGTERM, stopping");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,221 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { GatewayConfig, userShare, type GatewayConfigInput } from "../../protocol/gateway.js";
+import { Balancer, distanceKm } from "../../workers/gateway/balancer.js";
+import type { ResolvedEndpoint, ResolvedPool } from "../../workers/gateway/config.js";
+import { FIM_TEMPLATES, foldPrediction, renderFim } from "../../workers/gateway/prompts.js";
+
+const VIRGINIA = { latitude: 39.04, longitude: -77.49 };
+const PHOENIX = { latitude: 33.45, longitude: -112.07 };
+const LONDON = { latitude: 51.51, longitude: -0.13 };
+const TOKYO = { latitude: 35.68, longitude: 139.69 };
+const PARIS = { latitude: 48.86, longitude: 2.35 };
+
+function endpoint(id: string, region: string, at: { latitude: number; longitude: number }, capacity = 4) {
+  return { id, region, ...at, url: `http://${id}.test/v1`, kind: "vllm" as const, capacity };
+}
+
+function setup(input: Partial<GatewayConfigInput> = {}, pool: Record<string, unknown> = {}) {
+  const config = GatewayConfig.parse({
+    pools: {
+      tab: {
+        role: "tab",
+        models: ["tab-model"],
+        fim: "qwen2.5-coder",
+        endpoints: [
+          endpoint("use-1", "us-east", VIRGINIA),
+          endpoint("use-2", "us-east", VIRGINIA),
+          endpoint("usw-1", "us-west", PHOENIX),
+          endpoint("euw-1", "eu-west", LONDON),
+          endpoint("apne-1", "ap-northeast", TOKYO),
+        ],
+        ...pool,
+      },
+    },
+    ...input,
+  });
+  const resolved: ResolvedPool = { ...config.pools.tab!, name: "tab" };
+  const endpoints = new Map<string, ResolvedEndpoint>(
+    resolved.endpoints.map((e) => [e.id, { ...e, healthUrl: `http://${e.id}.test/health` }]),
+  );
+  return { config, pool: resolved, endpoints, balancer: new Balancer(config) };
+}
+
+describe("region selection", () => {
+  it("measures great-circle distances", () => {
+    expect(distanceKm(VIRGINIA, VIRGINIA)).toBe(0);
+    expect(distanceKm(LONDON, PARIS)).toBeGreaterThan(330);
+    expect(distanceKm(LONDON, PARIS)).toBeLessThan(360);
+    expect(distanceKm(VIRGINIA, TOKYO)).toBeGreaterThan(10_500);
+  });
+
+  it("orders regions nearest first from where the request comes from", () => {
+    const { balancer, pool, endpoints } = setup();
+    const regions = (from: typeof PARIS) => [
+      ...new Set(balancer.candidates(pool, endpoints, from, 0).map((e) => e.region)),
+    ];
+    expect(regions(PARIS)).toEqual(["eu-west", "us-east", "us-west", "ap-northeast"]);
+    expect(regions(TOKYO)).toEqual(["ap-northeast", "us-west", "eu-west", "us-east"]);
+    expect(regions({ latitude: 37.77, longitude: -122.42 })[0]).toBe("us-west");
+  });
+
+  it("spreads load inside a region and spills to the next region when it is full", () => {
+    const { balancer, pool, endpoints } = setup();
+    const taken: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const e = balancer.acquire(pool, balancer.candidates(pool, endpoints, VIRGINIA, 0), "tab", 0);
+      taken.push(e!.id);
+    }
+    // Both Virginia endpoints fill up evenly (4 each), then Phoenix takes the overflow.
+    expect(taken.slice(0, 8).sort()).toEqual(["use-1", "use-1", "use-1", "use-1", "use-2", "use-2", "use-2", "use-2"]);
+    expect(taken.slice(8)).toEqual(["usw-1", "usw-1"]);
+  });
+
+  it("skips endpoints the health snapshot marks down or that this isolate ejected", () => {
+    const { balancer, pool, endpoints } = setup({ health: { ejectAfterFailures: 2, ejectionMs: 1000 } });
+    balancer.snapshot = { endpoints: { "use-1": { healthy: false, since: 0 } }, pools: {} };
+    expect(balancer.candidates(pool, endpoints, VIRGINIA, 0).map((e) => e.id)[0]).toBe("use-2");
+    expect(balancer.failed(endpoints.get("use-2")!, 0)).toBeUndefined();
+    expect(balancer.failed(endpoints.get("use-2")!, 0)).toBe(1000);
+    expect(balancer.candidates(pool, endpoints, VIRGINIA, 500)[0]!.region).toBe("us-west");
+    // Back after the ejection on probation: one request at a time, and a single failure ejects it
+    // again for twice as long.
+    const use2 = endpoints.get("use-2")!;
+    expect(balancer.candidates(pool, endpoints, VIRGINIA, 1000)[0]!.id).toBe("use-2");
+    expect(balancer.limit(use2, pool, "tab", 1000)).toBe(1);
+    expect(balancer.failed(use2, 1000)).toBe(3000);
+    // A success ends probation.
+    balancer.succeeded(use2);
+    expect(balancer.limit(use2, pool, "tab", 40_000)).toBe(4);
+  });
+});
+
+describe("capacity, classes and slow start", () => {
+  it("gives lower classes a smaller share of each endpoint so they are shed first", () => {
+    const { balancer, pool, endpoints } = setup({}, { endpoints: [endpoint("one", "us-east", VIRGINIA, 8)] });
+    const one = endpoints.get("one")!;
+    expect(balancer.limit(one, pool, "tab", 0)).toBe(8);
+    expect(balancer.limit(one, pool, "chat", 0)).toBe(7);
+    expect(balancer.limit(one, pool, "apply", 0)).toBe(6);
+    expect(balancer.limit(one, pool, "background", 0)).toBe(4);
+    for (let i = 0; i < 4; i++) expect(balancer.acquire(pool, [one], "background", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "background", 0)).toBeUndefined();
+    expect(balancer.acquire(pool, [one], "apply", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "apply", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "apply", 0)).toBeUndefined();
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBeUndefined();
+  });
+
+  it("ramps a recovered endpoint's capacity from a tenth to all over the slow-start window", () => {
+    const { balancer, pool, endpoints } = setup({}, { recovery: { slowStartMs: 10_000 } });
+    const e = endpoints.get("use-1")!;
+    balancer.snapshot = { endpoints: { "use-1": { healthy: true, since: 100_000 } }, pools: {} };
+    expect(balancer.slowStart(e, pool, 100_000)).toBeCloseTo(0.1);
+    expect(balancer.slowStart(e, pool, 105_000)).toBeCloseTo(0.5);
+    expect(balancer.slowStart(e, pool, 120_000)).toBe(1);
+    // Tab always gets at least one slot; the property below checks the cap holds at every instant.
+    expect(balancer.limit(e, pool, "tab", 100_000)).toBe(1);
+  });
+
+  it("never lets any class exceed an endpoint's capacity at any point of a recovery", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 0, max: 60_000 }),
+        fc.integer({ min: 0, max: 70_000 }),
+        fc.constantFrom("tab", "chat", "apply", "background"),
+        (capacity, slowStartMs, elapsed, cls) => {
+          const { balancer, pool, endpoints } = setup(
+            {},
+            { endpoints: [endpoint("x", "us-east", VIRGINIA, capacity)], recovery: { slowStartMs } },
+          );
+          balancer.snapshot = { endpoints: { x: { healthy: true, since: 1_000 } }, pools: {} };
+          const x = endpoints.get("x")!;
+          let admitted = 0;
+          while (balancer.acquire(pool, [x], cls, 1_000 + elapsed)) admitted++;
+          return admitted <= capacity && admitted >= (cls === "tab" ? 1 : 0);
+        },
+      ),
+    );
+  });
+
+  it("admits paid tiers during a recovery ramp and a growing share of free users", () => {
+    const { balancer, pool } = setup({}, { recovery: { rampMs: 10_000 } });
+    balancer.snapshot = { endpoints: {}, pools: { tab: { down: false, outageEndedAt: 50_000 } } };
+    const users = Array.from({ length: 2000 }, (_, i) => `user-${i}`);
+    const share = (at: number) => users.filter((u) => balancer.admitRamp(pool, u, false, at).ok).length / users.length;
+    expect(users.every((u) => balancer.admitRamp(pool, u, true, 50_000).ok)).toBe(true);
+    expect(share(50_000)).toBe(0);
+    expect(share(52_500)).toBeCloseTo(0.25, 1);
+    expect(share(57_500)).toBeCloseTo(0.75, 1);
+    expect(share(60_000)).toBe(1);
+    // A user admitted once stays admitted as the ramp grows.
+    const early = users.filter((u) => balancer.admitRamp(pool, u, false, 53_000).ok);
+    expect(early.every((u) => balancer.admitRamp(pool, u, false, 56_000).ok)).toBe(true);
+    const refused = balancer.admitRamp(pool, users.find((u) => userShare(u) > 0.9)!, false, 52_000);
+    expect(refused).toEqual({ ok: false, reason: "ramp", retryAfterSeconds: 8 });
+  });
+
+  it("refuses a pool in total outage and limits retries to a share of the traffic", () => {
+    const { balancer, pool } = setup({}, { retries: { budgetRatio: 0.5, minRetries: 1 } });
+    balancer.snapshot = { endpoints: {}, pools: { tab: { down: true, outageEndedAt: null } } };
+    expect(balancer.admitRamp(pool, "u", true, 0)).toMatchObject({ ok: false, reason: "pool_down" });
+    expect(balancer.takeRetry(pool)).toBe(true);
+    expect(balancer.takeRetry(pool)).toBe(false);
+    balancer.poolInflight.set("tab", 10);
+    for (let i = 0; i < 4; i++) expect(balancer.takeRetry(pool)).toBe(true);
+    expect(balancer.takeRetry(pool)).toBe(false);
+  });
+});
+
+describe("FIM templates", () => {
+  const body = { model: "m", prompt: "def add(a, b):\n    ", suffix: "\n\nprint(add(1, 2))", max_tokens: 16 };
+  it.each([
+    ["qwen2.5-coder", "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))<|fim_middle|>"],
+    ["deepseek-coder", "<｜fim▁begin｜>def add(a, b):\n    <｜fim▁hole｜>\n\nprint(add(1, 2))<｜fim▁end｜>"],
+    ["starcoder2", "<fim_prefix>def add(a, b):\n    <fim_suffix>\n\nprint(add(1, 2))<fim_middle>"],
+    ["codellama", "<PRE> def add(a, b):\n     <SUF>\n\nprint(add(1, 2)) <MID>"],
+    ["codestral", "[SUFFIX]\n\nprint(add(1, 2))[PREFIX]def add(a, b):\n    "],
+  ] as const)("%s renders prompt and suffix into one prompt and drops suffix", (family, prompt) => {
+    const rendered = renderFim({ ...body, stop: ["\n\n"] }, family);
+    expect(rendered.prompt).toBe(prompt);
+    expect(rendered).not.toHaveProperty("suffix");
+    expect(rendered.max_tokens).toBe(16);
+    expect(rendered.stop).toEqual(["\n\n", ...FIM_TEMPLATES[family].stop]);
+  });
+
+  it("leaves a plain completion (no suffix) alone", () => {
+    expect(renderFim({ model: "m", prompt: "x" }, "qwen2.5-coder")).toEqual({ model: "m", prompt: "x" });
+  });
+});
+
+describe("apply with prediction", () => {
+  const original = "function add(a, b) {\n  return a + b;\n}";
+  it("appends the predicted text to the last user message for servers without `prediction`", () => {
+    const folded = foldPrediction({
+      model: "m",
+      messages: [
+        { role: "system", content: "Apply the edit." },
+        { role: "user", content: "Rename add to sum." },
+      ],
+      prediction: { type: "content", content: original },
+    });
+    expect(folded).not.toHaveProperty("prediction");
+    const messages = folded.messages as { role: string; content: string }[];
+    expect(messages).toHaveLength(2);
+    expect(messages[1]!.content).toContain("Rename add to sum.");
+    expect(messages[1]!.content).toContain(original);
+  });
+
+  it("does not repeat text the prompt already carries, and accepts text parts", () => {
+    const messages = [{ role: "user", content: `Rename add to sum in:\n${original}` }];
+    const folded = foldPrediction({
+      model: "m",
+      messages,
+      prediction: { type: "content", content: [{ type: "text", text: original }] },
+    });
+    expect(folded.messages).toEqual(messages);
+  });
+});

@@ -1,0 +1,237 @@
+/**
+ * The isolate's view of the backends: requests in flight per endpoint and per class, passive
+ * outlier ejection from real traffic, and the shared health snapshot (active probes, ejections
+ * seen by other isolates, recovery times). Every admission decision is made here, from memory:
+ * the hot path never waits on a remote call.
+ */
+import { userShare, type GatewayConfig, type PriorityClass } from "../../protocol/gateway.js";
+import type { ResolvedEndpoint, ResolvedPool } from "./config.js";
+
+export interface EndpointHealth {
+  /** Routable per the health object: probes pass and no isolate's ejection is in force. */
+  healthy: boolean;
+  /** When it last became routable (ms since epoch); 0 when it never was down. */
+  since: number;
+}
+
+export interface HealthSnapshot {
+  endpoints: Record<string, EndpointHealth>;
+  /** Per pool: when its last total outage ended, while that is recent enough to matter. */
+  pools: Record<string, { down: boolean; outageEndedAt: number | null }>;
+}
+
+export interface Location {
+  latitude: number;
+  longitude: number;
+}
+
+/** Great-circle distance in km. */
+export function distanceKm(a: Location, b: Location): number {
+  const rad = Math.PI / 180;
+  const dLat = (b.latitude - a.latitude) * rad;
+  const dLon = (b.longitude - a.longitude) * rad;
+  const h = Math.sin(dLat / 2) ** 2 + Math.cos(a.latitude * rad) * Math.cos(b.latitude * rad) * Math.sin(dLon / 2) ** 2;
+  return 12_742 * Math.asin(Math.min(1, Math.sqrt(h)));
+}
+
+class EndpointState {
+  inflight = 0;
+  failures = 0;
+  ejections = 0;
+  ejectedUntil = 0;
+  ejectedAt = 0;
+  /** When a local ejection last ended, for slow start. */
+  recoveredAt = 0;
+  /** Back from an ejection and not yet proven: one request at a time, and one failure ejects again. */
+  probation = false;
+}
+
+const MAX_EJECTION_MS = 300_000;
+const MIN_SLOW_START = 0.1;
+
+export type Admission =
+  | { ok: true }
+  | { ok: false; reason: "class_budget" | "pool_down" | "ramp" | "no_capacity"; retryAfterSeconds: number };
+
+export class Balancer {
+  readonly endpoints = new Map<string, EndpointState>();
+  readonly classInflight: Record<PriorityClass, number> = { tab: 0, chat: 0, apply: 0, background: 0 };
+  readonly poolInflight = new Map<string, number>();
+  readonly poolRetries = new Map<string, number>();
+  snapshot: HealthSnapshot | null = null;
+  snapshotAt = 0;
+  private waiters: (() => void)[] = [];
+
+  constructor(readonly config: GatewayConfig) {}
+
+  private state(id: string): EndpointState {
+    let state = this.endpoints.get(id);
+    if (!state) this.endpoints.set(id, (state = new EndpointState()));
+    return state;
+  }
+
+  /** Routable now: healthy in the shared snapshot and not ejected by this isolate. */
+  routable(endpoint: ResolvedEndpoint, now: number): boolean {
+    const shared = this.snapshot?.endpoints[endpoint.id];
+    if (shared && !shared.healthy) return false;
+    const local = this.endpoints.get(endpoint.id);
+    if (local && local.ejectedUntil > now) {
+      // The probes saw it come back after this isolate ejected it: the outage is over.
+      if (!shared || shared.since <= local.ejectedAt) return false;
+      local.ejectedUntil = 0;
+      local.recoveredAt = shared.since;
+    }
+    return true;
+  }
+
+  /** Share of capacity a recovering endpoint may use: from a tenth to all over `slowStartMs`. */
+  slowStart(endpoint: ResolvedEndpoint, pool: ResolvedPool, now: number): number {
+    const window = pool.recovery.slowStartMs;
+    if (window === 0) return 1;
+    const since = Math.max(
+      this.snapshot?.endpoints[endpoint.id]?.since ?? 0,
+      this.endpoints.get(endpoint.id)?.recoveredAt ?? 0,
+    );
+    if (since === 0) return 1;
+    return Math.min(1, Math.max(MIN_SLOW_START, (now - since) / window));
+  }
+
+  /** How many requests of a class this isolate may have in flight on an endpoint now. */
+  limit(endpoint: ResolvedEndpoint, pool: ResolvedPool, cls: PriorityClass, now: number): number {
+    const share = this.config.classes[cls].share;
+    const raw = Math.floor(endpoint.capacity * this.slowStart(endpoint, pool, now) * share);
+    const limit = cls === "tab" ? Math.max(1, raw) : raw;
+    return this.endpoints.get(endpoint.id)?.probation ? Math.min(1, limit) : limit;
+  }
+
+  /**
+   * Routable endpoints of a pool in the order they should be tried: nearest region first, and
+   * within a region the least loaded relative to its weight.
+   */
+  candidates(pool: ResolvedPool, endpoints: Map<string, ResolvedEndpoint>, from: Location, now: number) {
+    const list: { endpoint: ResolvedEndpoint; km: number; load: number }[] = [];
+    for (const e of pool.endpoints) {
+      const endpoint = endpoints.get(e.id)!;
+      if (!this.routable(endpoint, now)) continue;
+      const km = Math.round(distanceKm(from, endpoint) / 100); // 100 km bands: same metro, same region
+      const load = (this.endpoints.get(endpoint.id)?.inflight ?? 0) / endpoint.capacity / endpoint.weight;
+      list.push({ endpoint, km, load });
+    }
+    list.sort((a, b) => a.km - b.km || a.load - b.load || a.endpoint.id.localeCompare(b.endpoint.id));
+    return list.map((c) => c.endpoint);
+  }
+
+  /** Whether the pool's recovery ramp admits this caller now; paid tiers first. */
+  admitRamp(pool: ResolvedPool, userId: string, paid: boolean, now: number): Admission {
+    const state = this.snapshot?.pools[pool.name];
+    if (state?.down)
+      return {
+        ok: false,
+        reason: "pool_down",
+        retryAfterSeconds: Math.ceil(this.config.health.probeIntervalMs / 1000),
+      };
+    const ended = state?.outageEndedAt;
+    const window = pool.recovery.rampMs;
+    if (!ended || window === 0 || paid) return { ok: true };
+    const progress = (now - ended) / window;
+    if (progress >= 1 || userShare(userId) < progress) return { ok: true };
+    return { ok: false, reason: "ramp", retryAfterSeconds: Math.max(1, Math.ceil((ended + window - now) / 1000)) };
+  }
+
+  /** Takes a class slot; false when the class's concurrency budget in this isolate is spent. */
+  enterClass(cls: PriorityClass): boolean {
+    if (this.classInflight[cls] >= this.config.classes[cls].concurrency) return false;
+    this.classInflight[cls]++;
+    return true;
+  }
+
+  leaveClass(cls: PriorityClass): void {
+    this.classInflight[cls]--;
+  }
+
+  /** Takes a slot on the first candidate with room for this class, spilling to farther regions. */
+  acquire(
+    pool: ResolvedPool,
+    candidates: ResolvedEndpoint[],
+    cls: PriorityClass,
+    now: number,
+    exclude: ReadonlySet<string> = new Set(),
+    preferOtherRegionThan?: string,
+  ): ResolvedEndpoint | undefined {
+    const ordered = preferOtherRegionThan ? candidates.filter((e) => e.region !== preferOtherRegionThan) : candidates;
+    for (const endpoint of ordered) {
+      if (exclude.has(endpoint.id)) continue;
+      const state = this.state(endpoint.id);
+      if (state.inflight >= this.limit(endpoint, pool, cls, now)) continue;
+      state.inflight++;
+      this.poolInflight.set(pool.name, (this.poolInflight.get(pool.name) ?? 0) + 1);
+      return endpoint;
+    }
+    return undefined;
+  }
+
+  release(pool: ResolvedPool, endpoint: ResolvedEndpoint): void {
+    this.state(endpoint.id).inflight--;
+    this.poolInflight.set(pool.name, (this.poolInflight.get(pool.name) ?? 1) - 1);
+    const waiter = this.waiters.shift();
+    waiter?.();
+  }
+
+  /** Waits until some endpoint slot is released, or `ms` pass; true when woken by a release. */
+  waitForSlot(ms: number, signal?: AbortSignal): Promise<boolean> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        resolve(true);
+      };
+      const onAbort = () => {
+        this.waiters = this.waiters.filter((w) => w !== wake);
+        clearTimeout(timer);
+        resolve(false);
+      };
+      const timer = setTimeout(onAbort, ms);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.push(wake);
+    });
+  }
+
+  /** Retries (failovers and hedges) in flight may be a share of the pool's requests in flight. */
+  takeRetry(pool: ResolvedPool): boolean {
+    const retries = this.poolRetries.get(pool.name) ?? 0;
+    const budget = Math.max(
+      pool.retries.minRetries,
+      pool.retries.budgetRatio * (this.poolInflight.get(pool.name) ?? 0),
+    );
+    if (retries >= budget) return false;
+    this.poolRetries.set(pool.name, retries + 1);
+    return true;
+  }
+
+  returnRetry(pool: ResolvedPool): void {
+    this.poolRetries.set(pool.name, (this.poolRetries.get(pool.name) ?? 1) - 1);
+  }
+
+  succeeded(endpoint: ResolvedEndpoint): void {
+    const state = this.state(endpoint.id);
+    state.failures = 0;
+    state.ejections = 0;
+    state.probation = false;
+  }
+
+  /** Counts a failure from real traffic; returns the ejection's end when this one ejects it. */
+  failed(endpoint: ResolvedEndpoint, now: number): number | undefined {
+    const state = this.state(endpoint.id);
+    state.failures++;
+    if (state.ejectedUntil > now) return undefined;
+    if (!state.probation && state.failures < this.config.health.ejectAfterFailures) return undefined;
+    const ms = Math.min(MAX_EJECTION_MS, this.config.health.ejectionMs * 2 ** state.ejections);
+    state.ejections++;
+    state.failures = 0;
+    state.ejectedUntil = now + ms;
+    state.ejectedAt = now;
+    state.recoveredAt = state.ejectedUntil;
+    state.probation = true;
+    return state.ejectedUntil;
+  }
+}

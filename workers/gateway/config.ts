@@ -1,0 +1,148 @@
+/**
+ * The gateway's backends, from the environment: `GATEWAY_CONFIG` (the full configuration as JSON,
+ * see protocol/gateway.ts) or, for one OpenAI-compatible server, the single setting
+ * `INFERENCE_UPSTREAM` (its base URL). Parsed once per isolate.
+ */
+import { z } from "zod";
+import {
+  EndpointKind,
+  FimFamily,
+  GatewayConfig,
+  type Endpoint,
+  type GatewayConfigInput,
+  type Pool,
+  type PoolRole,
+} from "../../protocol/gateway.js";
+import { ConfigError } from "../config.js";
+
+export type Surface = "completions" | "chat" | "embeddings";
+
+export interface ResolvedPool extends Pool {
+  name: string;
+}
+
+/** An endpoint as the router sees it: shared by every pool that lists it. */
+export interface ResolvedEndpoint extends Endpoint {
+  healthUrl: string;
+}
+
+export interface Gateway {
+  config: GatewayConfig;
+  pools: ResolvedPool[];
+  endpoints: Map<string, ResolvedEndpoint>;
+  /** A stable fingerprint, so the health object knows when the configuration changed. */
+  fingerprint: string;
+  poolFor(surface: Surface, model: string): ResolvedPool | undefined;
+  /** Public model names, for `/v1/models`. */
+  models(): { id: string; role: PoolRole; pool: string }[];
+}
+
+const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
+
+const Shortcut = z.object({
+  INFERENCE_UPSTREAM: z.url({ protocol: /^https?$/ }),
+  INFERENCE_UPSTREAM_KIND: optional(EndpointKind),
+  INFERENCE_UPSTREAM_FIM: optional(FimFamily),
+  INFERENCE_UPSTREAM_CAPACITY: optional(z.coerce.number().int().min(1).max(100_000)),
+});
+
+/** One endpoint serving every pool, for any model name the client asks for. */
+function shortcutConfig(env: Record<string, unknown>): GatewayConfigInput {
+  const parsed = Shortcut.safeParse(env);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`Invalid gateway settings: ${issues.join("; ")}`);
+  }
+  const s = parsed.data;
+  const kind = s.INFERENCE_UPSTREAM_KIND ?? "openai";
+  const endpoint = {
+    id: "upstream",
+    region: "local",
+    latitude: 0,
+    longitude: 0,
+    url: s.INFERENCE_UPSTREAM.replace(/\/+$/, ""),
+    kind,
+    capacity: s.INFERENCE_UPSTREAM_CAPACITY ?? 64,
+    ...(env.INFERENCE_UPSTREAM_API_KEY ? { secret: "INFERENCE_UPSTREAM_API_KEY" } : {}),
+  };
+  const fim = s.INFERENCE_UPSTREAM_FIM ?? (kind === "openai" ? undefined : "qwen2.5-coder");
+  return {
+    pools: {
+      tab: { role: "tab", models: ["*"], endpoints: [endpoint], ...(fim ? { fim } : {}) },
+      chat: { role: "chat", models: ["*"], endpoints: [endpoint] },
+      embed: { role: "embed", models: ["*"], endpoints: [endpoint] },
+    },
+  };
+}
+
+function healthUrl(endpoint: Endpoint): string {
+  if (endpoint.health) return endpoint.health;
+  if (endpoint.kind === "openai") return `${endpoint.url.replace(/\/+$/, "")}/models`;
+  return new URL("/health", endpoint.url).toString();
+}
+
+const SURFACE_ROLES: Record<Surface, PoolRole[]> = {
+  completions: ["tab"],
+  chat: ["chat", "apply"],
+  embeddings: ["embed"],
+};
+
+function resolve(config: GatewayConfig): Gateway {
+  const pools = Object.entries(config.pools).map(([name, pool]) => ({ ...pool, name }));
+  const endpoints = new Map<string, ResolvedEndpoint>();
+  for (const pool of pools)
+    for (const endpoint of pool.endpoints)
+      if (!endpoints.has(endpoint.id)) endpoints.set(endpoint.id, { ...endpoint, healthUrl: healthUrl(endpoint) });
+  const byModel = new Map<string, ResolvedPool>();
+  for (const pool of pools)
+    for (const surface of Object.keys(SURFACE_ROLES) as Surface[])
+      if (SURFACE_ROLES[surface].includes(pool.role))
+        for (const model of pool.models) byModel.set(`${surface}\0${model}`, pool);
+  return {
+    config,
+    pools,
+    endpoints,
+    fingerprint: JSON.stringify(config),
+    poolFor: (surface, model) => byModel.get(`${surface}\0${model}`) ?? byModel.get(`${surface}\0*`),
+    models: () =>
+      pools.flatMap((pool) =>
+        pool.models.filter((m) => m !== "*").map((id) => ({ id, role: pool.role, pool: pool.name })),
+      ),
+  };
+}
+
+const loaded = new WeakMap<object, Gateway | null>();
+
+/** The isolate's gateway, or null when no backends are configured. Throws ConfigError when invalid. */
+export function loadGateway(env: Env): Gateway | null {
+  const cached = loaded.get(env);
+  if (cached !== undefined) return cached;
+  const vars = env as unknown as Record<string, unknown>;
+  let input: unknown;
+  const raw = vars.GATEWAY_CONFIG;
+  if (raw !== undefined && raw !== "") {
+    try {
+      input = typeof raw === "string" ? JSON.parse(raw) : raw;
+    } catch (err) {
+      throw new ConfigError(`GATEWAY_CONFIG is not valid JSON: ${(err as Error).message}`);
+    }
+  } else if (vars.INFERENCE_UPSTREAM) {
+    input = shortcutConfig(vars);
+  } else {
+    loaded.set(env, null);
+    return null;
+  }
+  const parsed = GatewayConfig.safeParse(input);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`Invalid GATEWAY_CONFIG: ${issues.join("; ")}`);
+  }
+  const gateway = resolve(parsed.data);
+  for (const endpoint of gateway.endpoints.values())
+    if (endpoint.secret && !vars[endpoint.secret])
+      throw new ConfigError(
+        `GATEWAY_CONFIG: endpoint ${endpoint.id} needs the secret ${endpoint.secret}, which is not set`,
+      );
+  loaded.set(env, gateway);
+  return gateway;
+}

@@ -1,0 +1,167 @@
+/**
+ * The OpenAI-compatible surface: `/v1/completions` (tab), `/v1/chat/completions` (chat and apply),
+ * `/v1/embeddings` and `/v1/models`. The official `openai` SDK works with `baseURL` set to the edge.
+ */
+import { Hono, type Context } from "hono";
+import { z } from "zod";
+import { PRIORITY_HEADER, SESSION_HEADER, type PriorityClass } from "../../protocol/gateway.js";
+import type { AppEnv } from "../app-env.js";
+import { requireApiKey } from "../middleware/auth.js";
+import { jsonBody } from "../middleware/json-body.js";
+import { ApiError } from "../problem.js";
+import type { Location } from "./balancer.js";
+import type { Surface } from "./config.js";
+import { meter } from "./metering.js";
+import { proxy, type Finish } from "./proxy.js";
+import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
+
+const model = z.string().trim().min(1).max(256);
+const streamOptions = z.object({ include_usage: z.boolean().optional() }).loose().nullish();
+const maxTokens = z.number().int().min(1).max(1_000_000).nullish();
+
+const CompletionRequest = z
+  .object({
+    model,
+    prompt: z.union([z.string(), z.array(z.string()).length(1, "send one prompt per request")]),
+    suffix: z.string().nullish(),
+    stream: z.boolean().nullish(),
+    stream_options: streamOptions,
+    max_tokens: maxTokens,
+    n: z.literal(1).nullish(),
+  })
+  .loose();
+
+const ChatRequest = z
+  .object({
+    model,
+    messages: z
+      .array(z.object({ role: z.string().min(1).max(64) }).loose())
+      .min(1)
+      .max(4096),
+    stream: z.boolean().nullish(),
+    stream_options: streamOptions,
+    max_tokens: maxTokens,
+    max_completion_tokens: maxTokens,
+    n: z.literal(1).nullish(),
+    prediction: z
+      .object({
+        type: z.literal("content"),
+        content: z.union([z.string(), z.array(z.object({ type: z.literal("text"), text: z.string() }).loose())]),
+      })
+      .nullish(),
+  })
+  .loose();
+
+const EmbeddingRequest = z
+  .object({
+    model,
+    input: z.union([
+      z.string(),
+      z.array(z.string()).min(1).max(2048),
+      z.array(z.number().int()).min(1),
+      z.array(z.array(z.number().int()).min(1)).min(1).max(2048),
+    ]),
+  })
+  .loose();
+
+function gatewayOr503(c: Context<AppEnv>) {
+  const runtime = gatewayRuntime(c.env);
+  if (!runtime)
+    throw new ApiError(
+      "unavailable",
+      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (README, "Inference gateway").',
+    );
+  refreshHealth(c.env, runtime.balancer, (p) => c.executionCtx.waitUntil(p));
+  return runtime;
+}
+
+function location(c: Context<AppEnv>, fallback: Location): Location {
+  const cf = c.req.raw.cf as { latitude?: string; longitude?: string } | undefined;
+  const latitude = Number(cf?.latitude);
+  const longitude = Number(cf?.longitude);
+  if (cf?.latitude && cf.longitude && Number.isFinite(latitude) && Number.isFinite(longitude))
+    return { latitude, longitude };
+  return fallback;
+}
+
+async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string, unknown> & { model: string }) {
+  const { gateway, balancer } = gatewayOr503(c);
+  const pool = gateway.poolFor(surface, body.model);
+  if (!pool) throw new ApiError("not_found", `No model named ${body.model} is served here; GET /v1/models lists them.`);
+
+  const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
+  const cls: PriorityClass = background || pool.role === "embed" ? "background" : pool.role;
+  const { org, user, key } = c.var.principal;
+  const now = Date.now();
+  const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
+  if (!ramp.ok)
+    throw new ApiError(
+      "unavailable",
+      ramp.reason === "ramp"
+        ? `Pool ${pool.name} is recovering from an outage and admits a growing share of users; retry shortly.`
+        : `Every backend of pool ${pool.name} is down.`,
+      { headers: { "Retry-After": String(ramp.retryAfterSeconds) } },
+    );
+  if (!balancer.enterClass(cls))
+    throw new ApiError("rate_limited", `Too many ${cls} requests in flight on this edge; retry shortly.`, {
+      headers: { "Retry-After": "1" },
+    });
+
+  const controller = new AbortController();
+  const clientSignal = c.req.raw.signal;
+  const onClientAbort = () => controller.abort(new Error("client went away"));
+  if (clientSignal.aborted) onClientAbort();
+  else clientSignal.addEventListener("abort", onClientAbort, { once: true });
+  const session = c.req.header(SESSION_HEADER);
+  const leaveSession = cls === "tab" && session ? supersede(`${key.id}\0${session}`, controller) : () => {};
+  const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+
+  const stream = surface !== "embeddings" && body.stream === true;
+  const finish = (result: Finish) => {
+    balancer.leaveClass(cls);
+    leaveSession();
+    clientSignal.removeEventListener("abort", onClientAbort);
+    const { promptTokens, completionTokens } = result.usage;
+    if (promptTokens > 0 || completionTokens > 0)
+      meter(c.env, waitUntil, {
+        orgId: org.id,
+        userId: user.id,
+        keyId: key.id,
+        model: body.model,
+        promptTokens,
+        completionTokens,
+        at: Date.now(),
+      });
+  };
+
+  return proxy({
+    gateway,
+    balancer,
+    pool,
+    surface,
+    body,
+    publicModel: body.model,
+    stream,
+    includeUsage: Boolean((body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage),
+    cls,
+    from: location(c, gateway.config.defaultLocation),
+    signal: controller.signal,
+    secrets: c.env as unknown as Record<string, string | undefined>,
+    requestId: c.var.requestId,
+    finish,
+    waitUntil,
+    eject: (id, until) => reportEjection(c.env, id, until, waitUntil),
+  });
+}
+
+export const gateway = new Hono<AppEnv>()
+  .get("/models", requireApiKey, (c) => {
+    const { gateway } = gatewayOr503(c);
+    return c.json({
+      object: "list",
+      data: gateway.models().map((m) => ({ id: m.id, object: "model", created: 0, owned_by: "sextant", role: m.role })),
+    });
+  })
+  .post("/completions", requireApiKey, async (c) => handle(c, "completions", await jsonBody(c, CompletionRequest)))
+  .post("/chat/completions", requireApiKey, async (c) => handle(c, "chat", await jsonBody(c, ChatRequest)))
+  .post("/embeddings", requireApiKey, async (c) => handle(c, "embeddings", await jsonBody(c, EmbeddingRequest)));
