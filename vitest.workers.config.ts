@@ -12,6 +12,39 @@ export default defineConfig(async () => {
           bindings: {
             TEST_MIGRATIONS: migrations,
             ADMIN_SECRET: "test-admin-secret-0123456789abcdefghijkl",
+            // Backends nobody listens on (the discard port refuses connections): the gateway's
+            // health object and routes run against real storage with every backend down.
+            GATEWAY_CONFIG: JSON.stringify({
+              pools: {
+                tab: {
+                  role: "tab",
+                  models: ["tab-test"],
+                  fim: "qwen2.5-coder",
+                  endpoints: [
+                    {
+                      id: "nowhere-east",
+                      region: "us-east",
+                      latitude: 39,
+                      longitude: -77,
+                      url: "http://127.0.0.1:1/v1",
+                      kind: "vllm",
+                      capacity: 4,
+                    },
+                    {
+                      id: "nowhere-west",
+                      region: "eu-west",
+                      latitude: 51.5,
+                      longitude: 0,
+                      url: "http://127.0.0.1:1/v2",
+                      kind: "vllm",
+                      capacity: 4,
+                    },
+                  ],
+                  timeouts: { connectMs: 200, firstByteMs: 200, deadlineMs: 2000 },
+                },
+              },
+              health: { probeIntervalMs: 1000, probeTimeoutMs: 200, snapshotMaxAgeMs: 100 },
+            }),
           },
         },
       }),

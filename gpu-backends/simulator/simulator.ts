@@ -123,7 +123,7 @@ export interface SimulatedBackend {
   /** Applies to new requests; resolves once the listener follows the fault (`refuse` closes it). */
   configure(patch: BackendPatch): Promise<void>;
   /** The options in effect, defaults filled in. */
-  options(): ResolvedBackendOptionsBackendOptions;
+  options(): ResolvedBackendOptions;
   records(): RequestRecord[];
   /** Forgets the records; sequence numbers keep counting. */
   clear(): void;

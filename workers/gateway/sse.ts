@@ -56,7 +56,11 @@ export class SseReader {
       if (this.finished) return { type: "end", done: this.sawDone };
       const remaining = deadline - Date.now();
       if (remaining <= 0) return { type: "timeout" };
-      this.pending ??= this.reader.read();
+      if (!this.pending) {
+        this.pending = this.reader.read();
+        // A read still pending when the stream is cancelled rejects with nobody awaiting it.
+        this.pending.catch(() => {});
+      }
       let timer: ReturnType<typeof setTimeout> | undefined;
       const result = await Promise.race([
         this.pending,
