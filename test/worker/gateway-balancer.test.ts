@@ -36,7 +36,7 @@ function setup(input: Partial<GatewayConfigInput> = {}, pool: Record<string, unk
   });
   const resolved: ResolvedPool = { ...config.pools.tab!, name: "tab" };
   const endpoints = new Map<string, ResolvedEndpoint>(
-    resolved.endpoints.map((e) => [e.id, { ...e, healthUrl: `http://${e.id}.test/health` }]),
+    resolved.endpoints.map((e) => [e.id, { ...e, healthUrl: `http://${e.id}.test/health`, topClass: "tab" as const }]),
   );
   return { config, pool: resolved, endpoints, balancer: new Balancer(config) };
 }
@@ -106,6 +106,15 @@ describe("capacity, classes and slow start", () => {
     expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
     expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
     expect(balancer.acquire(pool, [one], "tab", 0)).toBeUndefined();
+  });
+
+  it("lets a class use all of an endpoint that no higher class shares", () => {
+    const { balancer, pool, endpoints } = setup({}, { endpoints: [endpoint("one", "us-east", VIRGINIA, 8)] });
+    const embedOnly = { ...endpoints.get("one")!, topClass: "background" as const };
+    expect(balancer.limit(embedOnly, pool, "background", 0)).toBe(8);
+    const chatAndApply = { ...endpoints.get("one")!, topClass: "chat" as const };
+    expect(balancer.limit(chatAndApply, pool, "chat", 0)).toBe(8);
+    expect(balancer.limit(chatAndApply, pool, "apply", 0)).toBe(6);
   });
 
   it("ramps a recovered endpoint's capacity from a tenth to all over the slow-start window", () => {

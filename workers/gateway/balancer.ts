@@ -4,7 +4,7 @@
  * seen by other isolates, recovery times). Every admission decision is made here, from memory:
  * the hot path never waits on a remote call.
  */
-import { userShare, type GatewayConfig, type PriorityClass } from "../../protocol/gateway.js";
+import { PRIORITY_CLASSES, userShare, type GatewayConfig, type PriorityClass } from "../../protocol/gateway.js";
 import type { ResolvedEndpoint, ResolvedPool } from "./config.js";
 
 export interface EndpointHealth {
@@ -98,7 +98,8 @@ export class Balancer {
 
   /** How many requests of a class this isolate may have in flight on an endpoint now. */
   limit(endpoint: ResolvedEndpoint, pool: ResolvedPool, cls: PriorityClass, now: number): number {
-    const share = this.config.classes[cls].share;
+    const outranked = PRIORITY_CLASSES.indexOf(cls) > PRIORITY_CLASSES.indexOf(endpoint.topClass);
+    const share = outranked ? this.config.classes[cls].share : 1;
     const raw = Math.floor(endpoint.capacity * this.slowStart(endpoint, pool, now) * share);
     const limit = cls === "tab" ? Math.max(1, raw) : raw;
     return this.endpoints.get(endpoint.id)?.probation ? Math.min(1, limit) : limit;

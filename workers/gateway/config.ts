@@ -12,6 +12,8 @@ import {
   type GatewayConfigInput,
   type Pool,
   type PoolRole,
+  type PriorityClass,
+  PRIORITY_CLASSES,
 } from "../../protocol/gateway.js";
 import { ConfigError } from "../config.js";
 
@@ -24,6 +26,11 @@ export interface ResolvedPool extends Pool {
 /** An endpoint as the router sees it: shared by every pool that lists it. */
 export interface ResolvedEndpoint extends Endpoint {
   healthUrl: string;
+  /**
+   * The highest class any pool listing this endpoint serves. A lower class is held to its share of
+   * the endpoint only when a higher one may need the room; alone on its endpoints it uses them all.
+   */
+  topClass: PriorityClass;
 }
 
 export interface Gateway {
@@ -81,6 +88,11 @@ function healthUrl(endpoint: Endpoint): string {
   return new URL("/health", endpoint.url).toString();
 }
 
+/** A pool's own class: its role, with embeddings counted as background work. */
+export function poolClass(role: PoolRole): PriorityClass {
+  return role === "embed" ? "background" : role;
+}
+
 const SURFACE_ROLES: Record<Surface, PoolRole[]> = {
   completions: ["tab"],
   chat: ["chat", "apply"],
@@ -91,8 +103,12 @@ function resolve(config: GatewayConfig): Gateway {
   const pools = Object.entries(config.pools).map(([name, pool]) => ({ ...pool, name }));
   const endpoints = new Map<string, ResolvedEndpoint>();
   for (const pool of pools)
-    for (const endpoint of pool.endpoints)
-      if (!endpoints.has(endpoint.id)) endpoints.set(endpoint.id, { ...endpoint, healthUrl: healthUrl(endpoint) });
+    for (const endpoint of pool.endpoints) {
+      const cls = poolClass(pool.role);
+      const known = endpoints.get(endpoint.id);
+      if (!known) endpoints.set(endpoint.id, { ...endpoint, healthUrl: healthUrl(endpoint), topClass: cls });
+      else if (PRIORITY_CLASSES.indexOf(cls) < PRIORITY_CLASSES.indexOf(known.topClass)) known.topClass = cls;
+    }
   const byModel = new Map<string, ResolvedPool>();
   for (const pool of pools)
     for (const surface of Object.keys(SURFACE_ROLES) as Surface[])

@@ -10,7 +10,7 @@ import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 import type { Location } from "./balancer.js";
-import type { Surface } from "./config.js";
+import { poolClass, type Surface } from "./config.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish } from "./proxy.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -90,7 +90,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   if (!pool) throw new ApiError("not_found", `No model named ${body.model} is served here; GET /v1/models lists them.`);
 
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
-  const cls: PriorityClass = background || pool.role === "embed" ? "background" : pool.role;
+  const cls: PriorityClass = background ? "background" : poolClass(pool.role);
   const { org, user, key } = c.var.principal;
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
