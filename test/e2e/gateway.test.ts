@@ -2,6 +2,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Sextant } from "../../client/sdk/client.js";
 import { TabSession } from "../../client/sdk/tab-session.js";
+import { scanDirectoryFor } from "../support/storage-scan.js";
 import { LONDON, VIRGINIA, sleep, startGateway, until, type GatewayFixture } from "../support/gateway.js";
 
 const POOL_SECRET = "pool-secret-0123456789abcdef";
@@ -274,6 +275,22 @@ describe("the inference gateway with the openai SDK", () => {
     expect(tab).toMatchObject({ requests: 3, promptTokens: prompt, completionTokens: completion });
     const chat = report.rows.find((r) => r.model === "chat-sim")!;
     expect(chat).toMatchObject({ requests: 1, completionTokens: 6, promptTokens: 25 });
+  });
+
+  it("keeps no prompt, completion, pool secret or client key in storage or logs", async () => {
+    const code = "function reconcileLedgerEntriesAcrossShards(ledger) { return ledger.entries; }";
+    const stream = await gw.openai().chat.completions.create({
+      model: "chat-sim",
+      messages: [{ role: "user", content: `Explain:\n${code}` }],
+      max_tokens: 4,
+      stream: true,
+    });
+    for await (const _ of stream) void _;
+    await gw.openai().completions.create({ model: "tab-sim", prompt: code, suffix: "}", max_tokens: 2 });
+    await sleep(500);
+    const needles = ["reconcileLedgerEntriesAcrossShards", POOL_SECRET, gw.apiKey];
+    expect(scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
+    for (const needle of needles) expect(gw.edge.output()).not.toContain(needle);
   });
 
   it("fails over to the other region when the nearest one refuses connections", async () => {
