@@ -1,6 +1,7 @@
 /** `npm run bench`: every benchmark at its full size, one after another. */
 import { report, runAuthCacheBench } from "./auth-cache.js";
 import { reportEditSearchable, runEditSearchable } from "./edit-searchable.js";
+import { runGatewayBenchmarks } from "./gateway-run.js";
 import { reportThroughput, runIndexThroughput } from "./index-throughput.js";
 import { reportScan, runScanBench } from "./scan.js";
 import { reportSyncCost, runSyncCost } from "./sync-cost.js";
@@ -16,3 +17,5 @@ const codeFiles = Number(process.env.BENCH_CODE_FILES ?? 10_000);
 console.log(reportThroughput(await runIndexThroughput(codeFiles)), "\n");
 console.log(reportTeammateClone(await runTeammateClone(codeFiles)), "\n");
 console.log(reportEditSearchable(await runEditSearchable(Number(process.env.BENCH_EDIT_FILES ?? 2000), 30)));
+console.log();
+await runGatewayBenchmarks();

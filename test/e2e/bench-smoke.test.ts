@@ -1,7 +1,19 @@
 import { spawnSync } from "node:child_process";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
+import { cancelPart, reportCancel, runCancel } from "../../bench/gateway-cancel.js";
+import { coldStartPart, reportColdStart, runColdStart } from "../../bench/gateway-coldstart.js";
+import {
+  FAILOVER_MODES,
+  failoverPart,
+  reportFailover,
+  runFailover,
+  type FailoverMode,
+} from "../../bench/gateway-failover.js";
+import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixture.js";
+import { overheadPart, reportOverhead, runOverhead } from "../../bench/gateway-overhead.js";
+import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
 import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
@@ -79,4 +91,88 @@ describe("benchmarks (smoke)", () => {
     expect(figures.synced.p50).toBeGreaterThan(0);
     expect(reportEditSearchable(figures)).toContain("save to top search hit");
   }, 180_000);
+});
+
+/**
+ * The gateway benchmarks at a tiny size, all on one local edge whose configuration joins their
+ * pools: the shape of each report and the invariants the gateway promises (never past a backend's
+ * capacity, never a silent truncation, every cancellation reaching the backend); no timing.
+ */
+describe("gateway benchmarks (smoke)", () => {
+  const modes = Object.keys(FAILOVER_MODES) as FailoverMode[];
+  const coldStart = { capacity: 2, rampMs: 1_500, slowStartMs: 1_500 };
+  let gateway: BenchGateway;
+
+  beforeAll(async () => {
+    gateway = await startBenchGateway([
+      overheadPart(),
+      cancelPart(),
+      overloadPart({ capacity: 4 }),
+      failoverPart({ modes }),
+      coldStartPart(coldStart),
+    ]);
+  }, 120_000);
+  afterAll(async () => gateway?.stop());
+
+  it("overhead pairs direct and edge requests at one and several streams, against the edge's floor", async () => {
+    const figures = await runOverhead({ serialPairs: 10, streams: 4, pairsPerStream: 2, gateway });
+    expect(figures.runs.map((r) => [r.streams, r.pairs + r.failed])).toEqual([
+      [1, 10],
+      [4, 8],
+    ]);
+    expect(figures.floor.map((r) => r.streams)).toEqual([1, 4]);
+    for (const r of [...figures.runs, ...figures.floor]) {
+      expect(r.failed).toBe(0);
+      expect(Number.isFinite(r.added.total.p50) && Number.isFinite(r.added.total.p99)).toBe(true);
+    }
+    expect(reportOverhead(figures)).toMatch(/target at 4 streams: added p50 [\d.-]+ ms < 1.5 ms (met|MISSED)/);
+  }, 60_000);
+
+  it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
+    const figures = await runCancel({ requests: 5, concurrency: [1, 2], tokensPerSecond: [100], gateway });
+    expect(figures.runs.map((r) => [r.tokensPerSecond, r.concurrency, r.requests])).toEqual([
+      [100, 1, 5],
+      [100, 2, 5],
+    ]);
+    for (const r of figures.runs) {
+      expect(r.neverAborted).toBe(0);
+      expect(r.p99).toBeGreaterThanOrEqual(r.p50);
+    }
+    expect(reportCancel(figures)).toContain("never aborted upstream");
+  }, 60_000);
+
+  it("overload runs tab alone, 1x and 2x, never past the endpoint's capacity", async () => {
+    const figures = await runOverload({ capacity: 4, durationMs: 1_000, gateway });
+    expect(figures.scenarios.map((s) => s.name)).toEqual(["tab alone", "1x", "2x", "2x, 100 ms"]);
+    expect(figures.scenarios.map((s) => s.offered)).toEqual([0.5, 1, 2, 2]);
+    for (const s of figures.scenarios) {
+      expect(s.tab.requests).toBeGreaterThan(0);
+      expect(s.peak).toBeLessThanOrEqual(4);
+    }
+    expect(figures.scenarios[2]!.background.requests).toBeGreaterThan(0);
+    expect(reportOverload(figures)).toMatch(/targets at 2x: tab success [\d.]+% >= 99%/);
+  }, 60_000);
+
+  it("failover classifies every stream and never truncates one silently", async () => {
+    const figures = await runFailover({ requests: 20, clients: 4, modes, gateway });
+    expect(figures.runs.map((r) => r.mode)).toEqual(modes);
+    for (const r of figures.runs) {
+      expect(r.success + r.explicitErrors + r.silentTruncations).toBe(20);
+      expect(r.silentTruncations).toBe(0);
+    }
+    expect(reportFailover(figures)).toContain("silent truncations = 0");
+  }, 60_000);
+
+  it("cold start takes the pool down and back, within each backend's capacity, and reports goodput", async () => {
+    const figures = await runColdStart({ ...coldStart, users: 4, steadyMs: 1_500, afterMs: 1_000, gateway });
+    expect(figures.users).toEqual({ paid: 1, free: 3 });
+    expect(figures.steadyGoodput).toBeGreaterThan(0);
+    expect(figures.goodput).toHaveLength(5);
+    for (const peak of Object.values(figures.peaks)) {
+      expect(peak.ramp).toBeLessThanOrEqual(2);
+      expect(peak.after).toBeLessThanOrEqual(2);
+    }
+    expect(figures.ramp.paidOffered + figures.ramp.freeOffered).toBeGreaterThan(0);
+    expect(reportColdStart(figures)).toContain("recovery to 90% of steady goodput");
+  }, 60_000);
 });

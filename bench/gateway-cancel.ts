@@ -1,0 +1,209 @@
+/**
+ * How fast a client's cancellation reaches the GPU backend: streamed completions through the local
+ * edge, aborted by the client after its first token; the simulated backend stamps when its
+ * connection closed. Both stamps are on the `performance.timeOrigin + performance.now()` clock (the
+ * simulator runs in this process), so their difference is the client-abort→upstream-abort latency.
+ *
+ *   npx tsx bench/gateway-cancel.ts   # at 100 and 20 tokens/s: 300 requests one at a time, 300 over 4 streams
+ *
+ * Aborts come after the first token on purpose: under `wrangler dev` a disconnect before the edge
+ * has started its response is not passed on to the Worker (wrangler's dev proxy). After it, the
+ * Worker has been seen to learn of the disconnect only when it next writes to the client, so the
+ * latency follows the backend's gap between tokens: two token rates show it. No more than a few
+ * streams at once: wrangler's inspector proxy posts every chunk a Worker's fetch receives to
+ * wrangler's Node process, and at 8 concurrent cancelled streams of 100 tokens/s that backlog
+ * exhausted the dev proxy's file descriptors on this machine (a `wrangler dev` limit, not the edge's).
+ */
+import { randomUUID } from "node:crypto";
+import { pathToFileURL } from "node:url";
+import {
+  VIRGINIA,
+  clock,
+  closedLoop,
+  sleep,
+  verdict,
+  quantileOf,
+  withGateway,
+  type BenchGateway,
+  type BenchPart,
+  type BenchRecord,
+} from "./gateway-fixture.js";
+import { fmt } from "./stats.js";
+
+export interface CancelOptions {
+  /** Requests per concurrency level. */
+  requests?: number;
+  /** Concurrent streams of each run. */
+  concurrency?: number[];
+  /** Token rates of the simulated backend, one set of runs each. */
+  tokensPerSecond?: number[];
+  /** Tokens read before the client aborts. */
+  abortAfterTokens?: number;
+  gateway?: BenchGateway;
+}
+
+const BACKEND = "cancel";
+const MODEL = "tab-cancel";
+/** How long an upstream abort may take before the request counts as never aborted. */
+const GRACE_MS = 5_000;
+const STALL_MS = 10_000;
+export const CANCEL_TARGET_P99_MS = 50;
+
+export function cancelPart(): BenchPart {
+  return {
+    // Long streams (the token rate is set per run): nothing ends by itself while the benchmark waits.
+    backends: [{ id: BACKEND, ttftMs: 20, completionTokens: 1_000, capacity: 1_000 }],
+    pools: (urls) => ({
+      "bench-cancel": {
+        role: "tab",
+        models: [MODEL],
+        fim: "qwen2.5-coder",
+        endpoints: [
+          {
+            id: BACKEND,
+            region: "us-east",
+            ...VIRGINIA,
+            url: urls[BACKEND]!,
+            model: "sim-model",
+            kind: "vllm",
+            capacity: 1_000,
+          },
+        ],
+      },
+    }),
+  };
+}
+
+export interface CancelRun {
+  tokensPerSecond: number;
+  concurrency: number;
+  requests: number;
+  /** Streams that failed before the abort (no first token). */
+  failed: number;
+  /** Client abort to the backend seeing its connection close, ms. */
+  p50: number;
+  p99: number;
+  max: number;
+  /** Requests the backend never saw aborted within the grace period. */
+  neverAborted: number;
+}
+
+export interface CancelFigures {
+  simulator: string;
+  abortAfterTokens: number;
+  graceMs: number;
+  runs: CancelRun[];
+}
+
+/** Streams until `tokens` token events arrived, then aborts; returns when it aborted (clock ms). */
+async function streamAndAbort(gw: BenchGateway, requestId: string, tokens: number): Promise<number | undefined> {
+  const controller = new AbortController();
+  // A request that never shows its first token counts as failed instead of holding the run.
+  const timer = setTimeout(() => controller.abort(new Error("no first token")), STALL_MS);
+  let abortedAt: number | undefined;
+  try {
+    const response = await fetch(`${gw.baseURL}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}`, "x-request-id": requestId },
+      body: JSON.stringify({ model: MODEL, prompt: "def f(", suffix: "):\n", max_tokens: 1_000, stream: true }),
+      signal: controller.signal,
+    });
+    if (!response.ok || !response.body) return undefined;
+    const decoder = new TextDecoder();
+    let seen = 0;
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      seen += decoder.decode(chunk, { stream: true }).split('"text":"sim').length - 1;
+      if (seen >= tokens) {
+        abortedAt = clock();
+        controller.abort();
+        break;
+      }
+    }
+  } catch {
+    // Leaving the loop after the abort rejects with the abort error; any other error is a failure.
+    return controller.signal.aborted ? abortedAt : undefined;
+  } finally {
+    clearTimeout(timer);
+  }
+  return abortedAt;
+}
+
+async function measure(
+  gw: BenchGateway,
+  tokensPerSecond: number,
+  concurrency: number,
+  requests: number,
+  tokens: number,
+): Promise<CancelRun> {
+  await gw.backends.configure(BACKEND, { tokensPerSecond });
+  const prefix = `bench-cancel-${randomUUID()}`;
+  const aborts = new Map<string, number>();
+  let started = 0;
+  let failed = 0;
+  await closedLoop(
+    concurrency,
+    () => started < requests,
+    async () => {
+      const id = `${prefix}-${started++}`;
+      const at = await streamAndAbort(gw, id, tokens);
+      if (at === undefined) failed++;
+      else aborts.set(id, at);
+    },
+  );
+  // The records hold every request this run made; wait for the stragglers' aborts, up to the grace.
+  const deadline = performance.now() + GRACE_MS;
+  let records: BenchRecord[] = [];
+  for (;;) {
+    records = (await gw.backends.records(BACKEND)).filter((r) => aborts.has(r.requestId));
+    const settled = records.filter((r) => r.abortedAt !== undefined).length;
+    if (settled >= aborts.size || performance.now() > deadline) break;
+    await sleep(50);
+  }
+  const latencies = records
+    .filter((r) => r.abortedAt !== undefined)
+    .map((r) => r.abortedAt! - aborts.get(r.requestId)!);
+  return {
+    tokensPerSecond,
+    concurrency,
+    requests: aborts.size,
+    failed,
+    p50: quantileOf(latencies, 0.5),
+    p99: quantileOf(latencies, 0.99),
+    max: latencies.length ? Math.max(...latencies) : Number.NaN,
+    neverAborted: aborts.size - latencies.length,
+  };
+}
+
+export async function runCancel(options: CancelOptions = {}): Promise<CancelFigures> {
+  const requests = options.requests ?? 300;
+  const tokens = options.abortAfterTokens ?? 1;
+  return withGateway(cancelPart(), options, async (gw) => {
+    const rates = options.tokensPerSecond ?? [100, 20];
+    await measure(gw, rates[0]!, 1, Math.min(20, requests), tokens);
+    const runs: CancelRun[] = [];
+    for (const rate of rates)
+      for (const concurrency of options.concurrency ?? [1, 4])
+        runs.push(await measure(gw, rate, concurrency, requests, tokens));
+    return { simulator: gw.backends.mode, abortAfterTokens: tokens, graceMs: GRACE_MS, runs };
+  });
+}
+
+export function reportCancel(f: CancelFigures): string {
+  const lines = [
+    `gateway cancellation: client aborts a streamed completion after ${f.abortAfterTokens} token${f.abortAfterTokens === 1 ? "" : "s"}; latency until the backend sees its connection close (simulator ${f.simulator}${f.simulator === "in-process" ? ", one clock" : ", two processes' clocks"})`,
+    "tokens/s  token gap  streams  requests  failed   p50 ms   p99 ms   max ms  never aborted upstream",
+  ];
+  for (const r of f.runs)
+    lines.push(
+      `${String(r.tokensPerSecond).padStart(8)} ${`${fmt(1000 / r.tokensPerSecond)} ms`.padStart(10)} ${String(r.concurrency).padStart(8)} ${String(r.requests).padStart(9)} ${String(r.failed).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)} ${fmt(r.max).padStart(8)}  ${r.neverAborted} (within ${f.graceMs / 1000} s)`,
+    );
+  for (const r of f.runs)
+    lines.push(
+      `target at ${r.tokensPerSecond} tokens/s, ${r.concurrency} stream${r.concurrency === 1 ? "" : "s"}: p99 < ${CANCEL_TARGET_P99_MS} ms ${verdict(r.p99 < CANCEL_TARGET_P99_MS)}, never aborted = 0 ${verdict(r.neverAborted === 0)}`,
+    );
+  return lines.join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  console.log(reportCancel(await runCancel()));
+}

@@ -1,0 +1,301 @@
+/**
+ * What the gateway adds to a streamed tab completion: the same request straight to a simulated
+ * backend and through the local edge, in pairs (alternating which goes first), so that both halves
+ * of a pair see the same machine. Paired differences of time to first token and of total time, at
+ * one stream at a time and at many concurrent streams. The simulator never slows down (capacity far
+ * above the load), and runs in its own process by default, off the client's event loop.
+ *
+ *   npx tsx bench/gateway-overhead.ts           # 300 pairs serially, then 200 streams × 5 pairs
+ *
+ * Both sides use the same client: `fetch` reading the body as it streams. The edge runs under
+ * `wrangler dev` on this machine, sharing its cores with the client and the simulator.
+ */
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+import { renderFim } from "../workers/gateway/prompts.js";
+import {
+  VIRGINIA,
+  quantileOf,
+  verdict,
+  withGateway,
+  type BenchGateway,
+  type BenchPart,
+  type SimulatorMode,
+} from "./gateway-fixture.js";
+import { fmt } from "./stats.js";
+
+export interface OverheadOptions {
+  /** Pairs one after another. */
+  serialPairs?: number;
+  /** Concurrent streams, each doing `pairsPerStream` pairs one after another. */
+  streams?: number;
+  pairsPerStream?: number;
+  /** Ignored when `gateway` is given: it has its own simulator. */
+  simulator?: SimulatorMode;
+  gateway?: BenchGateway;
+}
+
+const BACKEND = "overhead";
+const MODEL = "tab-overhead";
+const TOKENS = 16;
+const TTFT_MS = 20;
+const TOKENS_PER_SECOND = 1000;
+const PROMPT = "def fibonacci(n):\n    ";
+const SUFFIX = "\n\nprint(fibonacci(10))\n";
+/** Added latency the gateway should stay under. */
+export const OVERHEAD_TARGETS = { p50: 1.5, p99: 5 } as const;
+
+export function overheadPart(): BenchPart {
+  return {
+    backends: [
+      {
+        id: BACKEND,
+        ttftMs: TTFT_MS,
+        tokensPerSecond: TOKENS_PER_SECOND,
+        completionTokens: TOKENS,
+        capacity: 50_000,
+        maxConcurrency: 100_000,
+      },
+    ],
+    pools: (urls) => ({
+      "bench-overhead": {
+        role: "tab",
+        models: [MODEL],
+        fim: "qwen2.5-coder",
+        // Generous on purpose: at 200 streams this machine's edge is CPU-bound and its own timers
+        // run late; with the defaults (1 s to headers) it timed out and ejected the healthy backend,
+        // and the one-endpoint pool went down. This benchmark measures overhead, not failover.
+        timeouts: { connectMs: 30_000, firstByteMs: 30_000, gapMs: 30_000, deadlineMs: 120_000 },
+        endpoints: [
+          {
+            id: BACKEND,
+            region: "us-east",
+            ...VIRGINIA,
+            url: urls[BACKEND]!,
+            model: "sim-model",
+            kind: "vllm",
+            capacity: 50_000,
+          },
+        ],
+      },
+    }),
+  };
+}
+
+interface Timing {
+  /** Why it failed: a status and the start of the body, or the network error. */
+  failure?: string;
+  /** Until the first body bytes holding an event (for a plain GET, the first body bytes). */
+  ttft: number;
+  total: number;
+}
+
+interface Side {
+  url: string;
+  init: RequestInit;
+  complete(response: Response, text: string): boolean;
+}
+
+const Problem = z.object({ detail: z.string() });
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+async function send(side: Side): Promise<Timing> {
+  const started = performance.now();
+  let ttft = 0;
+  let text = "";
+  try {
+    const response = await fetch(side.url, { ...side.init, signal: AbortSignal.timeout(60_000) });
+    const decoder = new TextDecoder();
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      if (!ttft) ttft = performance.now() - started;
+      text += decoder.decode(chunk, { stream: true });
+    }
+    const total = performance.now() - started;
+    if (side.complete(response, text)) return { ttft, total };
+    // The problem+json detail, without the request id that makes every body different.
+    const problem = Problem.safeParse(safeJson(text));
+    const why = problem.success ? problem.data.detail : text.replace(/\s+/g, " ").slice(0, 200);
+    return { ttft, total, failure: `${response.status} ${why}` };
+  } catch (err) {
+    const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
+    return { ttft, total: performance.now() - started, failure: `${String(err)}${cause}` };
+  }
+}
+
+export interface Quantiles {
+  p50: number;
+  p99: number;
+}
+
+export interface PairedRun {
+  streams: number;
+  pairs: number;
+  /** Pairs left out because either side failed. */
+  failed: number;
+  /** Why, side by side: "edge 503 {…}" and how often. */
+  failures: Record<string, number>;
+  direct: { ttft: Quantiles; total: Quantiles };
+  edge: { ttft: Quantiles; total: Quantiles };
+  /** Edge minus direct, pair by pair. */
+  added: { ttft: Quantiles; total: Quantiles };
+}
+
+export interface OverheadFigures {
+  simulator: SimulatorMode;
+  tokens: number;
+  ttftMs: number;
+  tokensPerSecond: number;
+  /** Streamed completions, simulator vs edge. */
+  runs: PairedRun[];
+  /**
+   * The floor any request pays to reach the local edge, measured the same way: the simulator's
+   * `GET /health` against the edge's `GET /healthz`, which runs no gateway code.
+   */
+  floor: PairedRun[];
+}
+
+const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
+
+function sides(gw: BenchGateway): Record<"stream" | "floor", { direct: Side; edge: Side }> {
+  const streamed = (response: Response, text: string) =>
+    response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
+  const json = { "content-type": "application/json" };
+  return {
+    stream: {
+      direct: {
+        url: `${gw.backends.url(BACKEND)}/completions`,
+        // What the edge sends upstream for the same request: the FIM prompt, usage asked for.
+        init: {
+          method: "POST",
+          headers: json,
+          body: JSON.stringify({
+            ...renderFim({ model: "sim-model", prompt: PROMPT, suffix: SUFFIX }, "qwen2.5-coder"),
+            max_tokens: TOKENS,
+            stream: true,
+            stream_options: { include_usage: true },
+          }),
+        },
+        complete: streamed,
+      },
+      edge: {
+        url: `${gw.baseURL}/v1/completions`,
+        init: {
+          method: "POST",
+          headers: { ...json, authorization: `Bearer ${gw.apiKey}` },
+          body: JSON.stringify({ model: MODEL, prompt: PROMPT, suffix: SUFFIX, max_tokens: TOKENS, stream: true }),
+        },
+        complete: streamed,
+      },
+    },
+    floor: {
+      direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: (r) => r.ok },
+      edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: (r) => r.ok },
+    },
+  };
+}
+
+async function measure(
+  pair: { direct: Side; edge: Side },
+  streams: number,
+  pairsPerStream: number,
+): Promise<PairedRun> {
+  const pairs: { direct: Timing; edge: Timing }[] = [];
+  await Promise.all(
+    Array.from({ length: streams }, async (_, worker) => {
+      for (let n = 0; n < pairsPerStream; n++) {
+        // Alternate which side goes first, so that neither always finds the machine in the same state.
+        const directFirst = (n + worker) % 2 === 0;
+        const first = await send(directFirst ? pair.direct : pair.edge);
+        const second = await send(directFirst ? pair.edge : pair.direct);
+        pairs.push(directFirst ? { direct: first, edge: second } : { direct: second, edge: first });
+      }
+    }),
+  );
+  const good = pairs.filter((p) => !p.direct.failure && !p.edge.failure);
+  const failures: Record<string, number> = {};
+  for (const p of pairs)
+    for (const side of ["direct", "edge"] as const) {
+      const why = p[side].failure;
+      if (why) failures[`${side} ${why}`] = (failures[`${side} ${why}`] ?? 0) + 1;
+    }
+  return {
+    streams,
+    pairs: good.length,
+    failed: pairs.length - good.length,
+    failures,
+    direct: { ttft: q(good.map((p) => p.direct.ttft)), total: q(good.map((p) => p.direct.total)) },
+    edge: { ttft: q(good.map((p) => p.edge.ttft)), total: q(good.map((p) => p.edge.total)) },
+    added: {
+      ttft: q(good.map((p) => p.edge.ttft - p.direct.ttft)),
+      total: q(good.map((p) => p.edge.total - p.direct.total)),
+    },
+  };
+}
+
+export async function runOverhead(options: OverheadOptions = {}): Promise<OverheadFigures> {
+  const serialPairs = options.serialPairs ?? 300;
+  const streams = options.streams ?? 200;
+  const pairsPerStream = options.pairsPerStream ?? 5;
+  return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
+    const { stream, floor } = sides(gw);
+    const runs: PairedRun[] = [];
+    const floors: PairedRun[] = [];
+    await measure(stream, 1, Math.min(30, serialPairs));
+    runs.push(await measure(stream, 1, serialPairs));
+    floors.push(await measure(floor, 1, serialPairs));
+    // One pair per stream first: opens every connection before anything is measured.
+    await measure(stream, streams, 1);
+    runs.push(await measure(stream, streams, pairsPerStream));
+    floors.push(await measure(floor, streams, pairsPerStream));
+    return {
+      simulator: gw.backends.mode,
+      tokens: TOKENS,
+      ttftMs: TTFT_MS,
+      tokensPerSecond: TOKENS_PER_SECOND,
+      runs,
+      floor: floors,
+    };
+  });
+}
+
+export function reportOverhead(f: OverheadFigures): string {
+  const pair = (x: Quantiles) => `${fmt(x.p50).padStart(6)} /${fmt(x.p99).padStart(6)}`;
+  const row = (r: PairedRun, ttft: boolean) =>
+    `${String(r.streams).padStart(7)} ${String(r.pairs).padStart(6)} ${String(r.failed).padStart(6)} | ` +
+    (ttft ? `${pair(r.direct.ttft)}  ${pair(r.edge.ttft)}  ${pair(r.added.ttft)} | ` : "") +
+    `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)}`;
+  const lines = [
+    `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
+    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added",
+    ...f.runs.map((r) => row(r, true)),
+    "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
+    "streams  pairs failed | total: direct     edge         added",
+    ...f.floor.map((r) => row(r, false)),
+  ];
+  for (const r of [...f.runs, ...f.floor])
+    for (const [why, n] of Object.entries(r.failures)) lines.push(`failed at ${r.streams} streams, ${n}x: ${why}`);
+  for (const r of f.runs) {
+    const p50 = Math.max(r.added.total.p50, r.added.ttft.p50);
+    const p99 = Math.max(r.added.total.p99, r.added.ttft.p99);
+    const floor = f.floor.find((x) => x.streams === r.streams);
+    lines.push(
+      `target at ${r.streams} stream${r.streams === 1 ? "" : "s"}: added p50 ${fmt(p50)} ms < ${OVERHEAD_TARGETS.p50} ms ${verdict(p50 < OVERHEAD_TARGETS.p50)}; ` +
+        `added p99 ${fmt(p99)} ms < ${OVERHEAD_TARGETS.p99} ms ${verdict(p99 < OVERHEAD_TARGETS.p99)} (worse of ttft and total)` +
+        (floor
+          ? `; the floor alone adds p50 ${fmt(floor.added.total.p50)} ms, p99 ${fmt(floor.added.total.p99)} ms`
+          : ""),
+    );
+  }
+  return lines.join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  console.log(reportOverhead(await runOverhead()));
+}
