@@ -171,8 +171,8 @@ describe("gateway failure handling", () => {
       if (fault.type === "unhealthy") expect(east).toHaveLength(0);
       else if (fault.type === "refuse") expect(east).toHaveLength(0);
       else if (fault.type === "status" && fault.status === 503) {
-        // "Full" is not "broken": it is never ejected, every request tries it first.
-        expect(east).toHaveLength(8);
+        // "Full" is not "broken": never ejected, only left alone for a second at a time.
+        expect(east.length).toBeGreaterThanOrEqual(1);
       } else {
         // Passive ejection after three failures: the rest go straight to the healthy region.
         expect(east.length).toBeLessThanOrEqual(3);

@@ -75,15 +75,16 @@ describe("region selection", () => {
     const { balancer, pool, endpoints } = setup({ health: { ejectAfterFailures: 2, ejectionMs: 1000 } });
     balancer.snapshot = { endpoints: { "use-1": { healthy: false, since: 0 } }, pools: {} };
     expect(balancer.candidates(pool, endpoints, VIRGINIA, 0).map((e) => e.id)[0]).toBe("use-2");
-    expect(balancer.failed(endpoints.get("use-2")!, 0)).toBeUndefined();
-    expect(balancer.failed(endpoints.get("use-2")!, 0)).toBe(1000);
+    const peers = [...endpoints.values()];
+    expect(balancer.failed(endpoints.get("use-2")!, 0, peers)).toBeUndefined();
+    expect(balancer.failed(endpoints.get("use-2")!, 0, peers)).toBe(1000);
     expect(balancer.candidates(pool, endpoints, VIRGINIA, 500)[0]!.region).toBe("us-west");
     // Back after the ejection on probation: one request at a time, and a single failure ejects it
     // again for twice as long.
     const use2 = endpoints.get("use-2")!;
     expect(balancer.candidates(pool, endpoints, VIRGINIA, 1000)[0]!.id).toBe("use-2");
     expect(balancer.limit(use2, pool, "tab", 1000)).toBe(1);
-    expect(balancer.failed(use2, 1000)).toBe(3000);
+    expect(balancer.failed(use2, 1000, peers)).toBe(3000);
     // A success ends probation.
     balancer.succeeded(use2);
     expect(balancer.limit(use2, pool, "tab", 40_000)).toBe(4);
@@ -163,19 +164,42 @@ describe("capacity, classes and slow start", () => {
     // A user admitted once stays admitted as the ramp grows.
     const early = users.filter((u) => balancer.admitRamp(pool, u, false, 53_000).ok);
     expect(early.every((u) => balancer.admitRamp(pool, u, false, 56_000).ok)).toBe(true);
+    expect(balancer.admitRamp(pool, users.find((u) => userShare(u) < 0.1)!, false, 55_000)).toEqual({
+      ok: true,
+      capacityShare: 0.5,
+    });
+    expect(balancer.admitRamp(pool, "anyone", true, 55_000)).toEqual({ ok: true, capacityShare: 1 });
     const refused = balancer.admitRamp(pool, users.find((u) => userShare(u) > 0.9)!, false, 52_000);
     expect(refused).toEqual({ ok: false, reason: "ramp", retryAfterSeconds: 8 });
   });
 
-  it("refuses a pool in total outage and limits retries to a share of the traffic", () => {
-    const { balancer, pool } = setup({}, { retries: { budgetRatio: 0.5, minRetries: 1 } });
+  it("refuses a pool in total outage", () => {
+    const { balancer, pool } = setup();
     balancer.snapshot = { endpoints: {}, pools: { tab: { down: true, outageEndedAt: null } } };
     expect(balancer.admitRamp(pool, "u", true, 0)).toMatchObject({ ok: false, reason: "pool_down" });
-    expect(balancer.takeRetry(pool)).toBe(true);
-    expect(balancer.takeRetry(pool)).toBe(false);
-    balancer.poolInflight.set("tab", 10);
-    for (let i = 0; i < 4; i++) expect(balancer.takeRetry(pool)).toBe(true);
-    expect(balancer.takeRetry(pool)).toBe(false);
+  });
+
+  it("earns retries as a share of recent requests and spends them on failovers", () => {
+    const { balancer, pool } = setup({}, { retries: { budgetRatio: 0.2, minRetries: 2 } });
+    // At first, minRetries.
+    expect(balancer.takeRetry(pool, 0)).toBe(true);
+    expect(balancer.takeRetry(pool, 0)).toBe(true);
+    expect(balancer.takeRetry(pool, 0)).toBe(false);
+    // 100 requests earn 20 retries: a burst of failovers as large as a fifth of the recent traffic.
+    for (let i = 0; i < 100; i++) balancer.earnRetry(pool, 10 + i);
+    let taken = 0;
+    while (balancer.takeRetry(pool, 200)) taken++;
+    expect(taken).toBe(19);
+    // Retries do not earn retries: the budget stays empty until new requests come.
+    expect(balancer.takeRetry(pool, 300)).toBe(false);
+  });
+
+  it("never ejects the last routable endpoint of a pool on real traffic alone", () => {
+    const { balancer, endpoints } = setup({ health: { ejectAfterFailures: 1, ejectionMs: 1000 } });
+    const peers = [...endpoints.values()];
+    for (const e of peers.slice(1)) expect(balancer.failed(e, 0, peers)).toBe(1000);
+    expect(balancer.failed(peers[0]!, 0, peers)).toBeUndefined();
+    expect(balancer.routable(peers[0]!, 1)).toBe(true);
   });
 });
 

@@ -44,20 +44,26 @@ class EndpointState {
   recoveredAt = 0;
   /** Back from an ejection and not yet proven: one request at a time, and one failure ejects again. */
   probation = false;
+  /** The backend said it is full (429/503): send it nothing new until then. */
+  fullUntil = 0;
 }
 
 const MAX_EJECTION_MS = 300_000;
+/** The retry budget remembers about this long of traffic. */
+const RETRY_WINDOW_MS = 10_000;
+/** How long a backend that said it is full gets no new requests from this isolate. */
+const FULL_BACKOFF_MS = 1_000;
 const MIN_SLOW_START = 0.1;
 
 export type Admission =
-  | { ok: true }
+  | { ok: true; capacityShare: number }
   | { ok: false; reason: "class_budget" | "pool_down" | "ramp" | "no_capacity"; retryAfterSeconds: number };
 
 export class Balancer {
   readonly endpoints = new Map<string, EndpointState>();
   readonly classInflight: Record<PriorityClass, number> = { tab: 0, chat: 0, apply: 0, background: 0 };
   readonly poolInflight = new Map<string, number>();
-  readonly poolRetries = new Map<string, number>();
+  private readonly retryBudgets = new Map<string, { tokens: number; recent: number; at: number }>();
   snapshot: HealthSnapshot | null = null;
   snapshotAt = 0;
   private waiters: (() => void)[] = [];
@@ -133,9 +139,13 @@ export class Balancer {
       };
     const ended = state?.outageEndedAt;
     const window = pool.recovery.rampMs;
-    if (!ended || window === 0 || paid) return { ok: true };
+    if (!ended || window === 0) return { ok: true, capacityShare: 1 };
     const progress = (now - ended) / window;
-    if (progress >= 1 || userShare(userId) < progress) return { ok: true };
+    if (progress >= 1) return { ok: true, capacityShare: 1 };
+    // Paid tiers first: the share of users admitted also bounds the capacity they may take, so the
+    // slow-start slots go to paid requests before free ones.
+    if (paid) return { ok: true, capacityShare: 1 };
+    if (userShare(userId) < progress) return { ok: true, capacityShare: progress };
     return { ok: false, reason: "ramp", retryAfterSeconds: Math.max(1, Math.ceil((ended + window - now) / 1000)) };
   }
 
@@ -158,12 +168,15 @@ export class Balancer {
     now: number,
     exclude: ReadonlySet<string> = new Set(),
     preferOtherRegionThan?: string,
+    capacityShare = 1,
   ): ResolvedEndpoint | undefined {
     const ordered = preferOtherRegionThan ? candidates.filter((e) => e.region !== preferOtherRegionThan) : candidates;
     for (const endpoint of ordered) {
       if (exclude.has(endpoint.id)) continue;
       const state = this.state(endpoint.id);
-      if (state.inflight >= this.limit(endpoint, pool, cls, now)) continue;
+      if (state.fullUntil > now) continue;
+      const limit = this.limit(endpoint, pool, cls, now);
+      if (state.inflight >= (capacityShare < 1 ? Math.floor(limit * capacityShare) : limit)) continue;
       state.inflight++;
       this.poolInflight.set(pool.name, (this.poolInflight.get(pool.name) ?? 0) + 1);
       return endpoint;
@@ -197,20 +210,42 @@ export class Balancer {
     });
   }
 
-  /** Retries (failovers and hedges) in flight may be a share of the pool's requests in flight. */
-  takeRetry(pool: ResolvedPool): boolean {
-    const retries = this.poolRetries.get(pool.name) ?? 0;
-    const budget = Math.max(
-      pool.retries.minRetries,
-      pool.retries.budgetRatio * (this.poolInflight.get(pool.name) ?? 0),
-    );
-    if (retries >= budget) return false;
-    this.poolRetries.set(pool.name, retries + 1);
+  /**
+   * The retry budget, a token bucket per pool: every first attempt earns `budgetRatio` of a retry
+   * (failover, hedge or resume) and every retry spends one. The bucket holds `budgetRatio` of the
+   * last ~10 s of requests (at least `minRetries`), so a region failing under steady traffic can
+   * fail over all its requests in flight, while a retry storm cannot multiply the load.
+   */
+  earnRetry(pool: ResolvedPool, now = Date.now()): void {
+    const budget = this.retryBudget(pool, now);
+    budget.recent += 1;
+    const cap = Math.max(pool.retries.minRetries, pool.retries.budgetRatio * budget.recent);
+    budget.tokens = Math.min(cap, budget.tokens + pool.retries.budgetRatio);
+  }
+
+  takeRetry(pool: ResolvedPool, now = Date.now()): boolean {
+    const budget = this.retryBudget(pool, now);
+    if (budget.tokens < 1) return false;
+    budget.tokens -= 1;
     return true;
   }
 
-  returnRetry(pool: ResolvedPool): void {
-    this.poolRetries.set(pool.name, (this.poolRetries.get(pool.name) ?? 1) - 1);
+  private retryBudget(pool: ResolvedPool, now: number) {
+    let budget = this.retryBudgets.get(pool.name);
+    if (!budget) this.retryBudgets.set(pool.name, (budget = { tokens: pool.retries.minRetries, recent: 0, at: now }));
+    budget.recent *= Math.exp(-Math.max(0, now - budget.at) / RETRY_WINDOW_MS);
+    budget.at = now;
+    return budget;
+  }
+
+  /** Share of its limit for this class that an endpoint has in flight in this isolate. */
+  load(endpoint: ResolvedEndpoint, pool: ResolvedPool, cls: PriorityClass, now: number): number {
+    return (this.endpoints.get(endpoint.id)?.inflight ?? 0) / Math.max(1, this.limit(endpoint, pool, cls, now));
+  }
+
+  /** The backend answered 429 or 503: it is full, not broken. Spill elsewhere for a moment. */
+  full(endpoint: ResolvedEndpoint, now: number): void {
+    this.state(endpoint.id).fullUntil = now + FULL_BACKOFF_MS;
   }
 
   succeeded(endpoint: ResolvedEndpoint): void {
@@ -220,11 +255,17 @@ export class Balancer {
     state.probation = false;
   }
 
-  /** Counts a failure from real traffic; returns the ejection's end when this one ejects it. */
-  failed(endpoint: ResolvedEndpoint, now: number): number | undefined {
+  /**
+   * Counts a failure from real traffic; returns the ejection's end when this one ejects it. Real
+   * traffic never ejects the last routable endpoint of a pool (`peers`): with nowhere else to go,
+   * a busy isolate's late timers must not turn a slow backend into a total outage. Only the active
+   * probes can take a whole pool down.
+   */
+  failed(endpoint: ResolvedEndpoint, now: number, peers: ResolvedEndpoint[] = []): number | undefined {
     const state = this.state(endpoint.id);
     state.failures++;
     if (state.ejectedUntil > now) return undefined;
+    if (!peers.some((peer) => peer.id !== endpoint.id && this.routable(peer, now))) return undefined;
     if (!state.probation && state.failures < this.config.health.ejectAfterFailures) return undefined;
     const ms = Math.min(MAX_EJECTION_MS, this.config.health.ejectionMs * 2 ** state.ejections);
     state.ejections++;

@@ -38,6 +38,8 @@ export interface ProxyRequest {
   /** Called exactly once, when the request is over (after the last streamed byte). */
   finish(result: Finish): void;
   waitUntil(promise: Promise<unknown>): void;
+  /** Below 1 while a pool ramps up after an outage: the share of capacity this caller may take. */
+  capacityShare: number;
   /** Passive ejection: tells the shared health object, off the hot path. */
   eject(endpointId: string, until: number): void;
 }
@@ -54,6 +56,8 @@ interface Failure {
   retryable: boolean;
   /** Counts towards the endpoint's passive ejection. */
   unhealthy: boolean;
+  /** The backend said it is full (429/503): trying elsewhere costs no retry budget. */
+  full?: boolean;
   timeout: boolean;
   detail: string;
   status?: number;
@@ -83,6 +87,13 @@ interface Attempt {
 }
 
 const encoder = new TextEncoder();
+
+/** A retry into an endpoint at most this loaded (its own request included) spends no budget. */
+const IDLE_LOAD = 0.5;
+
+/** The resolved endpoints of the request's pool. */
+const peers = (req: ProxyRequest): ResolvedEndpoint[] =>
+  req.pool.endpoints.map((e) => req.gateway.endpoints.get(e.id)!);
 const ERROR_SNIPPET = 2_000;
 
 function upstreamBody(req: ProxyRequest, endpoint: ResolvedEndpoint): Record<string, unknown> {
@@ -165,7 +176,7 @@ async function attempt(
     if (status === 400 || status === 422) return failure(message, { retryable: false, unhealthy: false, status });
     // 429 and 503 mean "full", not "broken": try elsewhere without counting towards ejection.
     const full = status === 429 || status === 503;
-    return failure(`${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, status });
+    return failure(`${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, full, status });
   }
 
   const firstByteMs = Math.min(timeouts.firstByteMs, remaining());
@@ -265,7 +276,6 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
   const end = (a: Attempt) => {
     running.delete(a);
     balancer.release(pool, a.endpoint);
-    if (a.retry) balancer.returnRetry(pool);
   };
 
   const onClientAbort = () => {
@@ -278,9 +288,13 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     if (attempts >= pool.retries.maxAttempts || Date.now() >= deadline) return false;
     const now = Date.now();
     const candidates = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
-    const endpoint = balancer.acquire(pool, candidates, req.cls, now, tried, otherRegionThan);
+    const endpoint = balancer.acquire(pool, candidates, req.cls, now, tried, otherRegionThan, req.capacityShare);
     if (!endpoint) return false;
-    if (retry && !balancer.takeRetry(pool)) {
+    // A retry into a mostly idle endpoint cannot overload it, and one after a "full" answer cost
+    // the first backend nothing: neither spends the retry budget.
+    const idle = balancer.load(endpoint, pool, req.cls, now) <= IDLE_LOAD;
+    if (!retry) balancer.earnRetry(pool, now);
+    else if (!lastFailure?.full && !idle && !balancer.takeRetry(pool, now)) {
       balancer.release(pool, endpoint);
       return false;
     }
@@ -304,9 +318,10 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     while (attempts < pool.retries.maxAttempts && Date.now() < deadline && !req.signal.aborted) {
       const now = Date.now();
       const candidates = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
-      const endpoint = balancer.acquire(pool, candidates, req.cls, now, new Set([...tried, failedOn.endpoint.id]));
+      const exclude = new Set([...tried, failedOn.endpoint.id]);
+      const endpoint = balancer.acquire(pool, candidates, req.cls, now, exclude, undefined, req.capacityShare);
       if (!endpoint) return undefined;
-      if (!balancer.takeRetry(pool)) {
+      if (balancer.load(endpoint, pool, req.cls, now) > IDLE_LOAD && !balancer.takeRetry(pool)) {
         balancer.release(pool, endpoint);
         return undefined;
       }
@@ -323,7 +338,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
       if (outcome.ok && outcome.kind === "stream") return { a, outcome, release: () => end(a) };
       end(a);
       if (!outcome.ok && outcome.unhealthy && !outcome.aborted) {
-        const until = balancer.failed(endpoint, Date.now());
+        const until = balancer.failed(endpoint, Date.now(), peers(req));
         if (until !== undefined) req.eject(endpoint.id, until);
       }
     }
@@ -390,8 +405,9 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
       }
       end(a);
       lastFailure = outcome;
+      if (outcome.full) balancer.full(a.endpoint, Date.now());
       if (outcome.unhealthy && !outcome.aborted) {
-        const until = balancer.failed(a.endpoint, Date.now());
+        const until = balancer.failed(a.endpoint, Date.now(), peers(req));
         if (until !== undefined) req.eject(a.endpoint.id, until);
       }
       if (outcome.aborted && req.signal.aborted) break;
@@ -519,7 +535,7 @@ function respond(
 
   /** A leg broke after its first token: resume elsewhere (tab), or end with an explicit error event. */
   const broke = async (code: "upstream_failure" | "upstream_timeout", detail: string): Promise<boolean> => {
-    const until = req.balancer.failed(leg.a.endpoint, Date.now());
+    const until = req.balancer.failed(leg.a.endpoint, Date.now(), peers(req));
     if (until !== undefined) req.eject(leg.a.endpoint.id, until);
     leg.outcome.reader.cancel();
     leg.a.controller.abort(new Error(detail));

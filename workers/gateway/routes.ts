@@ -150,6 +150,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     requestId: c.var.requestId,
     finish,
     waitUntil,
+    capacityShare: ramp.capacityShare,
     eject: (id, until) => reportEjection(c.env, id, until, waitUntil),
   });
 }
