@@ -1,6 +1,18 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
 
+function testLimits() {
+  const roomy = { key: { requests: { limit: 100_000, windowSeconds: 60 } } };
+  const classes = Object.fromEntries(["tab", "chat", "apply", "embed", "index", "admin"].map((c) => [c, roomy]));
+  return {
+    plans: {
+      free: { ...classes, embed: { key: { requests: { limit: 5, windowSeconds: 60 }, concurrency: 2 } } },
+      pro: classes,
+      business: classes,
+    },
+  };
+}
+
 /** Tests that run inside workerd against real D1, R2 and SQLite-backed Durable Objects. */
 export default defineConfig(async () => {
   const migrations = await readD1Migrations("./migrations");
@@ -12,6 +24,9 @@ export default defineConfig(async () => {
           bindings: {
             TEST_MIGRATIONS: migrations,
             ADMIN_SECRET: "test-admin-secret-0123456789abcdefghijkl",
+            // Generous limits, so that tests of other routes never meet them; the free plan's
+            // embeddings are tight for the rate limit tests.
+            RATE_LIMITS: JSON.stringify(testLimits()),
             // Backends nobody listens on (the discard port refuses connections): the gateway's
             // health object and routes run against real storage with every backend down.
             GATEWAY_CONFIG: JSON.stringify({
@@ -36,6 +51,22 @@ export default defineConfig(async () => {
                       latitude: 51.5,
                       longitude: 0,
                       url: "http://127.0.0.1:1/v2",
+                      kind: "vllm",
+                      capacity: 4,
+                    },
+                  ],
+                  timeouts: { connectMs: 200, firstByteMs: 200, deadlineMs: 2000 },
+                },
+                embed: {
+                  role: "embed",
+                  models: ["embed-none"],
+                  endpoints: [
+                    {
+                      id: "nowhere-embed",
+                      region: "us-east",
+                      latitude: 39,
+                      longitude: -77,
+                      url: "http://127.0.0.1:1/v3",
                       kind: "vllm",
                       capacity: 4,
                     },

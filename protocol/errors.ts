@@ -38,7 +38,7 @@ export const ERROR_CODES = {
   rate_limited: {
     status: 429,
     title: "Rate limited",
-    description: "A rate limit or quota was hit; retry after `Retry-After` seconds.",
+    description: "A rate limit or quota was hit; retry after `Retry-After` seconds; `limit` names the policy.",
   },
   internal: {
     status: 500,

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { ERROR_CODES } from "./errors.js";
+import { LimitOverrides } from "./limits.js";
 import { TreeStatus } from "./sync.js";
 
 export const PLANS = ["free", "pro", "business"] as const;
@@ -18,7 +19,14 @@ export type Role = z.infer<typeof Role>;
 const timestamp = z.iso.datetime();
 const name = z.string().trim().min(1).max(100);
 
-export const Org = z.object({ id: z.string(), name: z.string(), plan: Plan, createdAt: timestamp });
+export const Org = z.object({
+  id: z.string(),
+  name: z.string(),
+  plan: Plan,
+  /** Rate limits that replace the plan's, class by class (README, "Rate limits"). */
+  limits: LimitOverrides.nullable().default(null),
+  createdAt: timestamp,
+});
 export type Org = z.infer<typeof Org>;
 
 export const User = z.object({
@@ -67,8 +75,11 @@ export const CreateOrgRequest = z.strictObject({ name, plan: Plan.default("free"
 export type CreateOrgRequest = z.input<typeof CreateOrgRequest>;
 
 export const UpdateOrgRequest = z
-  .strictObject({ name: name.optional(), plan: Plan.optional() })
-  .refine((body) => body.name !== undefined || body.plan !== undefined, "Give at least one of name or plan");
+  .strictObject({ name: name.optional(), plan: Plan.optional(), limits: LimitOverrides.nullable().optional() })
+  .refine(
+    (body) => body.name !== undefined || body.plan !== undefined || body.limits !== undefined,
+    "Give at least one of name, plan or limits",
+  );
 export type UpdateOrgRequest = z.input<typeof UpdateOrgRequest>;
 
 export const CreateUserRequest = z.strictObject({
@@ -147,3 +158,31 @@ export interface UsageQuery {
   to?: string;
   groupBy?: UsageDimension[];
 }
+
+// Abuse throttles (`/admin/abuse`): the audit record of each automatic (or admin) throttle.
+export const THROTTLE_KINDS = ["prefix", "account"] as const;
+export const ThrottleKind = z.enum(THROTTLE_KINDS);
+export type ThrottleKind = z.infer<typeof ThrottleKind>;
+
+export const ABUSE_SIGNALS = ["active_free_accounts", "new_free_accounts", "key_creations", "admin"] as const;
+export const AbuseSignal = z.enum(ABUSE_SIGNALS);
+export type AbuseSignal = z.infer<typeof AbuseSignal>;
+
+/** `subject` is an IP prefix ("203.0.113.0/24", "2001:db8:1:2::/64") or a user id, by `kind`. */
+export const AbuseThrottle = z.object({
+  id: z.string(),
+  kind: ThrottleKind,
+  subject: z.string(),
+  orgId: z.string().nullable(),
+  signal: AbuseSignal,
+  /** The signal's value when it crossed `threshold`. */
+  observed: z.number().int(),
+  threshold: z.number().int(),
+  reason: z.string(),
+  createdAt: timestamp,
+  expiresAt: timestamp,
+  liftedAt: timestamp.nullable(),
+  /** Neither lifted nor expired when the edge answered. */
+  active: z.boolean(),
+});
+export type AbuseThrottle = z.infer<typeof AbuseThrottle>;

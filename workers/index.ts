@@ -29,4 +29,5 @@ app.onError((err, c) => problemResponse(c, toApiError(err, c.get("requestId") ??
 
 export default app;
 export { GatewayHealth } from "../durable-objects/gateway-health.js";
+export { RateLimiter } from "../durable-objects/rate-limiter.js";
 export { Workspace } from "../durable-objects/workspace.js";

@@ -8,6 +8,8 @@ import { ConfigError } from "./config.js";
 export interface ApiErrorOptions {
   headers?: Record<string, string>;
   errors?: Problem["errors"];
+  /** Extension members of the problem document, e.g. which limit was hit. */
+  extra?: Record<string, unknown>;
 }
 
 /** Thrown anywhere in a request; `onError` turns it into a problem+json response. */
@@ -31,6 +33,7 @@ export function problemResponse(c: Context, error: ApiError): Response {
     instance: c.get("requestId"),
     code: error.code,
     ...(error.options.errors ? { errors: error.options.errors } : {}),
+    ...error.options.extra,
     // OpenAI's error envelope as an extension member, so OpenAI SDKs pointed at the edge show the detail.
     error: { message: error.detail, type: error.code, code: error.code },
   };

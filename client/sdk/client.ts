@@ -1,5 +1,6 @@
 import { isWellFormedApiKey } from "../../protocol/api-key.js";
 import {
+  AbuseThrottle,
   ApiKeyInfo,
   CreatedApiKey,
   listOf,
@@ -202,7 +203,7 @@ export interface SextantAdminOptions extends ClientOptions {
 }
 
 /**
- * The operator surface: orgs, users and keys. Needs the edge's `ADMIN_SECRET`.
+ * The operator surface: orgs, users, keys and abuse throttles. Needs the edge's `ADMIN_SECRET`.
  *
  * @example
  * const admin = new SextantAdmin({ adminSecret: process.env.SEXTANT_ADMIN_SECRET });
@@ -271,6 +272,29 @@ export class SextantAdmin {
         method: "DELETE",
         path: `/admin/keys/${encodeURIComponent(keyId)}`,
         schema: ApiKeyInfo,
+        ...opts,
+      }),
+  };
+
+  readonly abuse = {
+    /** Active throttles, newest first; with `all`, the latest 500 whatever their state. */
+    list: (options: { all?: boolean } = {}, opts: PerRequest = {}) =>
+      this.http
+        .request({
+          method: "GET",
+          path: "/admin/abuse",
+          query: { all: options.all ? "true" : undefined },
+          schema: listOf(AbuseThrottle),
+          ...opts,
+        })
+        .then((r) => r.data),
+    /** Lifting an already lifted throttle returns it unchanged, so the call is retried. */
+    lift: (throttleId: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: `/admin/abuse/${encodeURIComponent(throttleId)}/lift`,
+        schema: AbuseThrottle,
+        idempotent: true,
         ...opts,
       }),
   };

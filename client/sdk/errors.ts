@@ -1,5 +1,6 @@
 import { codeForStatus, type ErrorCode } from "../../protocol/errors.js";
 import type { Problem } from "../../protocol/schemas.js";
+import { parseRateLimit, type RateLimitField } from "./rate-limit.js";
 
 /** Base of every error the SDK throws. */
 export class SextantError extends Error {
@@ -51,6 +52,17 @@ export class PayloadTooLargeError extends APIError {
 }
 export class RateLimitError extends APIError {
   override name = "RateLimitError";
+
+  /** Seconds to wait, from `Retry-After`. */
+  get retryAfterSeconds(): number | undefined {
+    const value = Number(this.headers.get("Retry-After"));
+    return Number.isFinite(value) && value >= 0 ? value : undefined;
+  }
+
+  /** The limit that was hit, from the `RateLimit` field: its policy name and when it resets. */
+  get rateLimit(): RateLimitField | undefined {
+    return parseRateLimit(this.headers);
+  }
 }
 export class InternalServerError extends APIError {
   override name = "InternalServerError";

@@ -3,6 +3,7 @@ import { PROBLEM_CONTENT_TYPE } from "../../protocol/errors.js";
 import { Problem } from "../../protocol/schemas.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
+import { parseRateLimit } from "./rate-limit.js";
 
 export interface HttpClientOptions {
   baseURL: string;
@@ -137,7 +138,10 @@ async function toApiError(response: Response): Promise<APIError> {
   return APIError.from(response.status, problem, response.headers, fallback);
 }
 
-/** `Retry-After` in seconds or as an HTTP date, capped; otherwise exponential backoff. */
+/**
+ * `Retry-After` in seconds or as an HTTP date, capped; else an exhausted `RateLimit` field's reset
+ * time; otherwise exponential backoff.
+ */
 export function retryDelay(headers: Headers, attempt: number, now = Date.now()): number {
   const value = headers.get("Retry-After");
   if (value) {
@@ -145,6 +149,9 @@ export function retryDelay(headers: Headers, attempt: number, now = Date.now()):
     const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(value) - now;
     if (Number.isFinite(ms) && ms >= 0 && ms <= MAX_RETRY_AFTER_MS) return ms;
   }
+  const limit = parseRateLimit(headers);
+  if (limit && limit.remaining === 0 && limit.resetSeconds * 1000 <= MAX_RETRY_AFTER_MS)
+    return limit.resetSeconds * 1000;
   return backoff(attempt);
 }
 

@@ -56,7 +56,7 @@ describe("gateway health", () => {
       200,
       z.object({ data: z.array(z.object({ id: z.string(), owned_by: z.string() })) }),
     );
-    expect(models.data.map((m) => m.id)).toEqual(["tab-test"]);
+    expect(models.data.map((m) => m.id)).toEqual(["tab-test", "embed-none"]);
   });
 
   it("answers 404 for a model no pool serves", async () => {

@@ -77,6 +77,8 @@ const adminRoutes: Route[] = [
   { method: "GET", path: (ids) => `/admin/keys?orgId=${ids.orgId}` },
   { method: "POST", path: () => "/admin/keys", body: { userId: "usr_x", name: "k" } },
   { method: "DELETE", path: (ids) => `/admin/keys/${ids.keyId}` },
+  { method: "GET", path: () => "/admin/abuse" },
+  { method: "POST", path: () => "/admin/abuse/abt_x/lift" },
 ];
 
 const label = (r: Route) => `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org" })}`;

@@ -59,10 +59,11 @@ export class KeyCache {
   }
 
   /** Drops every cached principal of a key or an org, after a revocation or a plan change here. */
-  evict(match: { keyId?: string; orgId?: string }): void {
+  evict(match: { keyId?: string; orgId?: string; userId?: string }): void {
     for (const [hash, entry] of this.#entries) {
       const p = entry.principal;
-      if (p && (p.key.id === match.keyId || p.org.id === match.orgId)) this.#entries.delete(hash);
+      if (p && (p.key.id === match.keyId || p.org.id === match.orgId || p.user.id === match.userId))
+        this.#entries.delete(hash);
     }
   }
 

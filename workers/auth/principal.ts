@@ -5,4 +5,6 @@ export interface Principal {
   org: Org;
   user: User;
   key: ApiKeyInfo;
+  /** An abuse throttle on the account, while it lasts. */
+  throttle?: { reason: string; until: number } | null;
 }

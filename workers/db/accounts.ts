@@ -1,8 +1,10 @@
 import { and, desc, eq, isNull } from "drizzle-orm";
 import { displayPrefix, generateApiKey, hashApiKey } from "../../protocol/api-key.js";
 import { newId } from "../../protocol/ids.js";
+import type { LimitOverrides } from "../../protocol/limits.js";
 import type { CreatedApiKey, Plan, Role } from "../../protocol/schemas.js";
 import type { Principal } from "../auth/principal.js";
+import { activeAccountThrottle } from "./abuse.js";
 import type { Db } from "./client.js";
 import { toApiKey, toOrg, toUser } from "./rows.js";
 import { apiKeys, orgs, users } from "./schema.js";
@@ -24,7 +26,11 @@ export async function getOrg(db: Db, orgId: string) {
   return row ? toOrg(row) : null;
 }
 
-export async function updateOrg(db: Db, orgId: string, patch: { name?: string; plan?: Plan }) {
+export async function updateOrg(
+  db: Db,
+  orgId: string,
+  patch: { name?: string; plan?: Plan; limits?: LimitOverrides | null },
+) {
   const [row] = await db.update(orgs).set(patch).where(eq(orgs.id, orgId)).returning();
   return row ? toOrg(row) : null;
 }
@@ -101,7 +107,14 @@ export async function findPrincipalByHash(db: Db, hash: string): Promise<Princip
     .innerJoin(orgs, eq(orgs.id, apiKeys.orgId))
     .where(eq(apiKeys.hash, hash))
     .limit(1);
-  return row ? { key: toApiKey(row.key), user: toUser(row.user), org: toOrg(row.org) } : null;
+  if (!row) return null;
+  const throttle = await activeAccountThrottle(db, row.user.id);
+  return {
+    key: toApiKey(row.key),
+    user: toUser(row.user),
+    org: toOrg(row.org),
+    throttle: throttle ? { reason: throttle.reason, until: Date.parse(throttle.expiresAt) } : null,
+  };
 }
 
 export async function touchApiKey(db: Db, keyId: string, at: Date) {

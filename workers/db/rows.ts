@@ -8,6 +8,7 @@ export const toOrg = (row: typeof orgs.$inferSelect): Org => ({
   id: row.id,
   name: row.name,
   plan: row.plan,
+  limits: row.limits ?? null,
   createdAt: iso(row.createdAt),
 });
 

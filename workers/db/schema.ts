@@ -1,6 +1,7 @@
 import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
-import { PLANS, ROLES } from "../../protocol/schemas.js";
+import type { LimitOverrides } from "../../protocol/limits.js";
+import { ABUSE_SIGNALS, PLANS, ROLES, THROTTLE_KINDS } from "../../protocol/schemas.js";
 
 const createdAt = () =>
   integer("created_at", { mode: "timestamp_ms" })
@@ -11,6 +12,8 @@ export const orgs = sqliteTable("orgs", {
   id: text("id").primaryKey(),
   name: text("name").notNull(),
   plan: text("plan", { enum: PLANS }).notNull().default("free"),
+  /** Per-org rate limit overrides (JSON, protocol/limits.ts), replacing the plan's class by class. */
+  limits: text("limits", { mode: "json" }).$type<LimitOverrides>(),
   createdAt: createdAt(),
 });
 
@@ -84,4 +87,30 @@ export const usageDaily = sqliteTable(
     completionTokens: integer("completion_tokens").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.day, t.keyId, t.model] }), index("usage_daily_org_day_idx").on(t.orgId, t.day)],
+);
+
+/**
+ * The audit record of every abuse throttle: what crossed which threshold, until when, and whether an
+ * admin lifted it. The limiter objects enforce throttles; this table is what operators read and lift.
+ * `org_id` is set for account throttles so that deleting the org removes them.
+ */
+export const abuseThrottles = sqliteTable(
+  "abuse_throttles",
+  {
+    id: text("id").primaryKey(),
+    kind: text("kind", { enum: THROTTLE_KINDS }).notNull(),
+    subject: text("subject").notNull(),
+    orgId: text("org_id").references(() => orgs.id, { onDelete: "cascade" }),
+    signal: text("signal", { enum: ABUSE_SIGNALS }).notNull(),
+    observed: integer("observed").notNull(),
+    threshold: integer("threshold").notNull(),
+    reason: text("reason").notNull(),
+    createdAt: createdAt(),
+    expiresAt: integer("expires_at", { mode: "timestamp_ms" }).notNull(),
+    liftedAt: integer("lifted_at", { mode: "timestamp_ms" }),
+  },
+  (t) => [
+    index("abuse_throttles_subject_idx").on(t.kind, t.subject),
+    index("abuse_throttles_expires_idx").on(t.expiresAt),
+  ],
 );

@@ -11,6 +11,7 @@ import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 import type { Location } from "./balancer.js";
 import { poolClass, type Surface } from "./config.js";
+import { enforceLimits } from "../limits/enforce.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish } from "./proxy.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -92,9 +93,11 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);
   const { org, user, key } = c.var.principal;
+  const limits = await enforceLimits(c, pool.role, pool.role === "tab");
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
-  if (!ramp.ok)
+  if (!ramp.ok) {
+    limits.release();
     throw new ApiError(
       "unavailable",
       ramp.reason === "ramp"
@@ -102,10 +105,13 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
         : `Every backend of pool ${pool.name} is down.`,
       { headers: { "Retry-After": String(ramp.retryAfterSeconds) } },
     );
-  if (!balancer.enterClass(cls))
+  }
+  if (!balancer.enterClass(cls)) {
+    limits.release();
     throw new ApiError("rate_limited", `Too many ${cls} requests in flight on this edge; retry shortly.`, {
       headers: { "Retry-After": "1" },
     });
+  }
 
   const controller = new AbortController();
   const clientSignal = c.req.raw.signal;
@@ -119,6 +125,8 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const stream = surface !== "embeddings" && body.stream === true;
   const finish = (result: Finish) => {
     balancer.leaveClass(cls);
+    limits.release();
+    limits.chargeTokens(result.usage.promptTokens + result.usage.completionTokens);
     leaveSession();
     clientSignal.removeEventListener("abort", onClientAbort);
     const { promptTokens, completionTokens } = result.usage;
@@ -134,7 +142,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
       });
   };
 
-  return proxy({
+  const response = await proxy({
     gateway,
     balancer,
     pool,
@@ -153,6 +161,8 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     capacityShare: ramp.capacityShare,
     eject: (id, until) => reportEjection(c.env, id, until, waitUntil),
   });
+  for (const [name, value] of Object.entries(limits.headers)) response.headers.set(name, value);
+  return response;
 }
 
 export const gateway = new Hono<AppEnv>()

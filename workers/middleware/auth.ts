@@ -1,13 +1,21 @@
 import { createMiddleware } from "hono/factory";
 import type { AppEnv } from "../app-env.js";
 import { authenticate, bearerToken } from "../auth/authenticate.js";
+import { limitUnauthenticated } from "../limits/enforce.js";
 import { ApiError } from "../problem.js";
 
 /** Requires a valid, unrevoked, unexpired API key and exposes its principal as `c.var.principal`. */
 export const requireApiKey = createMiddleware<AppEnv>(async (c, next) => {
-  const principal = await authenticate(c.env, c.var.config, c.req.header("Authorization"), (p) =>
-    c.executionCtx.waitUntil(p),
-  );
+  let principal;
+  try {
+    principal = await authenticate(c.env, c.var.config, c.req.header("Authorization"), (p) =>
+      c.executionCtx.waitUntil(p),
+    );
+  } catch (err) {
+    // Failed attempts spend their network's limit: a flood of made-up keys gets 429, not 401.
+    if (err instanceof ApiError && err.code === "unauthenticated") await limitUnauthenticated(c);
+    throw err;
+  }
   c.set("principal", principal);
   await next();
 });

@@ -4,6 +4,7 @@ import type { AppEnv } from "../app-env.js";
 import { keyCache } from "../auth/authenticate.js";
 import { createApiKey, getApiKey, listApiKeys, revokeApiKey } from "../db/accounts.js";
 import { database } from "../db/client.js";
+import { keyCreationVelocity, limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
@@ -14,6 +15,7 @@ import { ApiError } from "../problem.js";
  */
 export const keys = new Hono<AppEnv>()
   .use(requireApiKey)
+  .use(limit("admin"))
   .get("/", async (c) => {
     const { org, user } = c.var.principal;
     const all = await listApiKeys(database(c.env.DB), org.id);
@@ -21,6 +23,7 @@ export const keys = new Hono<AppEnv>()
   })
   .post("/", async (c) => {
     const body = await jsonBody(c, CreateKeyRequest);
+    await keyCreationVelocity(c);
     const { org, user } = c.var.principal;
     const created = await createApiKey(database(c.env.DB), { orgId: org.id, userId: user.id, ...body });
     return c.json(created, 201);

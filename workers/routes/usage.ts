@@ -6,6 +6,7 @@ import { UsageDay, UsageDimension, type UsageCounts, type UsageReport, type Usag
 import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
 import { usageDaily } from "../db/schema.js";
+import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { ApiError } from "../problem.js";
 
@@ -59,39 +60,42 @@ const total = (column: SQLiteColumn) => sql<number>`sum(${column})`.mapWith(Numb
  * Metered tokens of the caller's org per UTC day, grouped as asked. Owners see every member's
  * usage; members only their own (whichever of their keys it went through).
  */
-export const usage = new Hono<AppEnv>().use(requireApiKey).get("/", async (c) => {
-  const { org, user } = c.var.principal;
-  const { from, to, groupBy } = parseQuery(c.req.query());
-  const columns = groupBy.map((d) => DIMENSIONS[d].column);
-  const filters: SQL[] = [eq(usageDaily.orgId, org.id), between(usageDaily.day, from, to)];
-  if (user.role !== "owner") filters.push(eq(usageDaily.userId, user.id));
+export const usage = new Hono<AppEnv>()
+  .use(requireApiKey)
+  .use(limit("admin"))
+  .get("/", async (c) => {
+    const { org, user } = c.var.principal;
+    const { from, to, groupBy } = parseQuery(c.req.query());
+    const columns = groupBy.map((d) => DIMENSIONS[d].column);
+    const filters: SQL[] = [eq(usageDaily.orgId, org.id), between(usageDaily.day, from, to)];
+    if (user.role !== "owner") filters.push(eq(usageDaily.userId, user.id));
 
-  const found = await database(c.env.DB)
-    .select({
-      ...Object.fromEntries(groupBy.map((d) => [DIMENSIONS[d].field, DIMENSIONS[d].column])),
-      requests: total(usageDaily.requests),
-      promptTokens: total(usageDaily.promptTokens),
-      completionTokens: total(usageDaily.completionTokens),
-    })
-    .from(usageDaily)
-    .where(and(...filters))
-    .groupBy(...columns)
-    .orderBy(...columns.map((column) => asc(column)));
+    const found = await database(c.env.DB)
+      .select({
+        ...Object.fromEntries(groupBy.map((d) => [DIMENSIONS[d].field, DIMENSIONS[d].column])),
+        requests: total(usageDaily.requests),
+        promptTokens: total(usageDaily.promptTokens),
+        completionTokens: total(usageDaily.completionTokens),
+      })
+      .from(usageDaily)
+      .where(and(...filters))
+      .groupBy(...columns)
+      .orderBy(...columns.map((column) => asc(column)));
 
-  const totals: UsageCounts = { requests: 0, promptTokens: 0, completionTokens: 0, totalTokens: 0 };
-  const rows = found.map((r): UsageRow => {
-    const row: UsageRow = {
-      requests: r.requests,
-      promptTokens: r.promptTokens,
-      completionTokens: r.completionTokens,
-      totalTokens: r.promptTokens + r.completionTokens,
-    };
-    for (const d of groupBy) row[DIMENSIONS[d].field] = String((r as Record<string, unknown>)[DIMENSIONS[d].field]);
-    totals.requests += row.requests;
-    totals.promptTokens += row.promptTokens;
-    totals.completionTokens += row.completionTokens;
-    totals.totalTokens += row.totalTokens;
-    return row;
+    const totals: UsageCounts = { requests: 0, promptTokens: 0, completionTokens: 0, totalTokens: 0 };
+    const rows = found.map((r): UsageRow => {
+      const row: UsageRow = {
+        requests: r.requests,
+        promptTokens: r.promptTokens,
+        completionTokens: r.completionTokens,
+        totalTokens: r.promptTokens + r.completionTokens,
+      };
+      for (const d of groupBy) row[DIMENSIONS[d].field] = String((r as Record<string, unknown>)[DIMENSIONS[d].field]);
+      totals.requests += row.requests;
+      totals.promptTokens += row.promptTokens;
+      totals.completionTokens += row.completionTokens;
+      totals.totalTokens += row.totalTokens;
+      return row;
+    });
+    return c.json({ from, to, groupBy, rows, totals } satisfies UsageReport);
   });
-  return c.json({ from, to, groupBy, rows, totals } satisfies UsageReport);
-});

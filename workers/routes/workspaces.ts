@@ -14,6 +14,7 @@ import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
 import { embedderFor, embeddingProblem, EmbeddingError, type EmbedKind } from "../embedders/index.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "../db/workspaces.js";
+import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
@@ -115,6 +116,7 @@ async function chunkVectors(
 
 export const workspaces = new Hono<AppEnv>()
   .use(requireApiKey)
+  .use(limit("index"))
   .post("/", async (c) => {
     const { name } = await jsonBody(c, CreateWorkspaceRequest);
     const org = c.var.principal.org;

@@ -1,5 +1,5 @@
 import { Command, Option } from "commander";
-import { PLANS, ROLES } from "../../../protocol/schemas.js";
+import { PLANS, ROLES, type AbuseThrottle } from "../../../protocol/schemas.js";
 import { adminClient, type GlobalOptions } from "../context.js";
 import { parseExpiry, printJson, printTable, shortDate } from "../output.js";
 import { printCreatedKey, printKeys } from "./keys.js";
@@ -9,7 +9,9 @@ const globals = (cmd: Command) => cmd.optsWithGlobals<GlobalOptions>();
 export function admin(program: Command): void {
   const admin = program
     .command("admin")
-    .description("Operate an edge: orgs, users and keys (needs its ADMIN_SECRET; found automatically for `npm start`)");
+    .description(
+      "Operate an edge: orgs, users, keys and abuse throttles (needs its ADMIN_SECRET; found automatically for `npm start`)",
+    );
 
   const orgs = admin.command("orgs").description("Manage orgs");
   orgs
@@ -117,4 +119,41 @@ export function admin(program: Command): void {
       if (globals(cmd).json) return printJson(revoked);
       process.stdout.write(`Revoked ${revoked.id} "${revoked.name}" at ${revoked.revokedAt}.\n`);
     });
+
+  const abuse = admin.command("abuse").description("Review and lift abuse throttles");
+  abuse
+    .command("list")
+    .description("List active abuse throttles, newest first")
+    .option("--all", "include lifted and expired ones (the latest 500)")
+    .action(async (opts: { all?: boolean }, cmd: Command) => {
+      const list = await (await adminClient(globals(cmd))).abuse.list({ all: opts.all === true });
+      if (globals(cmd).json) return printJson(list);
+      printThrottles(list);
+    });
+  abuse
+    .command("lift")
+    .description("Lift an abuse throttle before it expires")
+    .argument("<throttleId>")
+    .action(async (throttleId: string, _opts, cmd: Command) => {
+      const lifted = await (await adminClient(globals(cmd))).abuse.lift(throttleId);
+      if (globals(cmd).json) return printJson(lifted);
+      process.stdout.write(`Lifted ${lifted.id} on ${lifted.kind} ${lifted.subject} at ${lifted.liftedAt}.\n`);
+    });
+}
+
+/** The state as the edge saw it when it answered; lifted wins over expired. */
+const throttleState = (t: AbuseThrottle) => (t.liftedAt ? "lifted" : t.active ? "active" : "expired");
+
+export function printThrottles(list: AbuseThrottle[]): void {
+  printTable(list, [
+    ["id", (t) => t.id],
+    ["kind", (t) => t.kind],
+    ["subject", (t) => t.subject],
+    ["signal", (t) => t.signal],
+    ["observed", (t) => `${t.observed}/${t.threshold}`],
+    ["created", (t) => shortDate(t.createdAt)],
+    ["expires", (t) => shortDate(t.expiresAt)],
+    ["state", throttleState],
+    ["reason", (t) => t.reason],
+  ]);
 }

@@ -1,0 +1,1 @@
+ALTER TABLE `orgs` ADD `limits` text;

@@ -1,0 +1,98 @@
+import { describe, expect, it } from "vitest";
+import { LIMIT_CLASSES } from "../../protocol/limits.js";
+import type { Principal } from "../../workers/auth/principal.js";
+import { ipPrefix, limitsFor, loadLimits } from "../../workers/limits/policy.js";
+
+function principal(plan: "free" | "pro" | "business", extra: Partial<Principal> = {}): Principal {
+  const createdAt = new Date().toISOString();
+  return {
+    org: { id: "org_1", name: "o", plan, limits: null, createdAt },
+    user: { id: "usr_1", orgId: "org_1", email: "u@example.com", name: null, role: "owner", createdAt },
+    key: {
+      id: "key_1",
+      orgId: "org_1",
+      userId: "usr_1",
+      name: "k",
+      prefix: "sxt_abc",
+      createdAt,
+      expiresAt: null,
+      revokedAt: null,
+      lastUsedAt: null,
+    },
+    ...extra,
+  };
+}
+
+describe("IP prefixes", () => {
+  it.each([
+    ["203.0.113.77", "203.0.113.0/24"],
+    ["2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"],
+    ["2001:db8::1", "2001:db8:0:0::/64"],
+    ["::1", "0:0:0:0::/64"],
+    ["2001:0DB8:0001:0002::", "2001:db8:1:2::/64"],
+  ])("%s is in %s", (ip, prefix) => expect(ipPrefix(ip)).toBe(prefix));
+
+  it.each(["", "not-an-ip", "300.1.2", "1:2:3"])("%s has no prefix", (ip) => expect(ipPrefix(ip)).toBeUndefined());
+});
+
+describe("which limits a request spends", () => {
+  it("uses the plan's limits per class and scope, and the network's only for the free tier", async () => {
+    const merged = loadLimits({ RATE_LIMITS: "" } as unknown as Env);
+    const free = limitsFor(merged, "tab", {
+      principal: principal("free"),
+      prefix: "203.0.113.0/24",
+      prefixThrottled: false,
+    });
+    expect(free.checks.map((c) => c.policy)).toEqual(["tab-key", "tab-user", "tab-ip"]);
+    expect(free.checks[0]!.bucket).toEqual({ name: "tab:requests", limit: 300, windowMs: 60_000 });
+    expect(free.concurrency).toEqual([expect.objectContaining({ identity: "key:key_1", limit: 4 })]);
+    const pro = limitsFor(merged, "tab", {
+      principal: principal("pro"),
+      prefix: "203.0.113.0/24",
+      prefixThrottled: true,
+    });
+    expect(pro.checks.map((c) => c.policy)).toEqual(["tab-key", "tab-user"]);
+    const business = limitsFor(merged, "chat", { principal: principal("business"), prefixThrottled: false });
+    expect(business.checks.map((c) => c.identity)).toEqual(["key:key_1", "key:key_1", "org:org_1"]);
+    expect(business.tokens.map((c) => c.policy)).toEqual(["chat-tokens-key", "chat-tokens-org"]);
+    for (const cls of LIMIT_CLASSES)
+      for (const plan of ["free", "pro", "business"] as const)
+        expect(
+          limitsFor(merged, cls, { principal: principal(plan), prefixThrottled: false }).checks.length,
+        ).toBeGreaterThan(0);
+  });
+
+  it("adds the strict limits of a throttled network or account", async () => {
+    const merged = loadLimits({ RATE_LIMITS: "" } as unknown as Env);
+    const network = limitsFor(merged, "tab", {
+      principal: principal("free"),
+      prefix: "203.0.113.0/24",
+      prefixThrottled: true,
+    });
+    expect(network.checks.at(-1)).toMatchObject({ identity: "ip:203.0.113.0/24:throttled", bucket: { limit: 10 } });
+    const account = limitsFor(merged, "chat", {
+      principal: principal("pro", { throttle: { reason: "keys", until: Date.now() + 60_000 } }),
+      prefixThrottled: false,
+    });
+    expect(account.checks.at(-1)).toMatchObject({ identity: "user:usr_1:throttled", bucket: { limit: 2 } });
+    const expired = limitsFor(merged, "chat", {
+      principal: principal("pro", { throttle: { reason: "keys", until: Date.now() - 1 } }),
+      prefixThrottled: false,
+    });
+    expect(expired.checks.some((c) => c.identity.endsWith(":throttled"))).toBe(false);
+  });
+
+  it("lets an org's overrides replace its plan's limits class by class", async () => {
+    const merged = loadLimits({ RATE_LIMITS: "" } as unknown as Env);
+    const p = principal("free");
+    p.org.limits = { tab: {} };
+    expect(limitsFor(merged, "tab", { principal: p, prefixThrottled: false }).checks).toEqual([]);
+    expect(limitsFor(merged, "chat", { principal: p, prefixThrottled: false }).checks.length).toBeGreaterThan(0);
+  });
+
+  it("rejects an invalid RATE_LIMITS naming the bad field", async () => {
+    expect(() =>
+      loadLimits({ RATE_LIMITS: '{"plans":{"free":{"tab":{"key":{"requests":{"limit":-1}}}}}}' } as unknown as Env),
+    ).toThrow(/plans\.free\.tab\.key\.requests/);
+  });
+});
