@@ -15,6 +15,7 @@ import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixtur
 import { overheadPart, reportOverhead, runOverhead } from "../../bench/gateway-overhead.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
+import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
 import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
 import { reportTeammateClone, runTeammateClone } from "../../bench/teammate-clone.js";
@@ -175,4 +176,27 @@ describe("gateway benchmarks (smoke)", () => {
     expect(figures.ramp.paidOffered + figures.ramp.freeOffered).toBeGreaterThan(0);
     expect(reportColdStart(figures)).toContain("recovery to 90% of steady goodput");
   }, 60_000);
+});
+
+describe("rate limit benchmarks (smoke)", () => {
+  it("limiter accuracy runs 8 simulated isolates against one limiter object and reports the error", () => {
+    const run = spawnSync("npx", ["vitest", "run", "--config", "vitest.limits.config.ts"], {
+      cwd: new URL("../../", import.meta.url).pathname,
+      env: { ...process.env, LIMITS_BENCH_SCALE: "0.1" },
+      encoding: "utf8",
+      timeout: 170_000,
+    });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(
+      /fast path \(tab\) \| limit [\d,]+ \| offered [\d,]+ \| admitted [\d,]+ \| [+-][\d.]+% vs limit/,
+    );
+    expect(run.stdout).toMatch(/compliant client at 90% of 100 per 2 s over 2 s: \d+ sent, \d+ refused/);
+  }, 180_000);
+
+  it("limiter overhead compares the tab path with limits on and off, in pairs", async () => {
+    const figures = await runLimitsOverhead(20);
+    expect(figures.pairs).toBe(20);
+    expect(figures.refused).toBe(0);
+    expect(reportLimitsOverhead(figures)).toMatch(/added \(paired difference\): p50 -?[\d.]+ ms, p99 -?[\d.]+ ms/);
+  }, 120_000);
 });

@@ -58,7 +58,13 @@ describe("the inference gateway with the openai SDK", () => {
           health: { probeIntervalMs: 500, snapshotMaxAgeMs: 200 },
         };
       },
-      { SIM_POOL_KEY: POOL_SECRET },
+      {
+        SIM_POOL_KEY: POOL_SECRET,
+        // Pro keys may have two tab requests in flight: the abort test checks the slots come back.
+        RATE_LIMITS: JSON.stringify({
+          plans: { pro: { tab: { key: { requests: { limit: 100_000, windowSeconds: 60 }, concurrency: 2 } } } },
+        }),
+      },
     );
   });
   afterAll(async () => gw?.stop());
@@ -179,6 +185,31 @@ describe("the inference gateway with the openai SDK", () => {
     await iterator.next().catch(() => undefined);
     const record = await until("the backend to see the abort", () => generations().find((r) => r.abortedAt));
     expect(record.outcome).toBe("aborted");
+    await gw.sim.backend("east").configure({ tokensPerSecond: 100 });
+  });
+
+  it("gives a tab concurrency slot back when the client aborts its stream", async () => {
+    await gw.sim.backend("east").configure({ tokensPerSecond: 5 });
+    const account = await gw.account("pro");
+    const client = gw.openai({ apiKey: account.apiKey });
+    for (let i = 0; i < 5; i++) {
+      const controller = new AbortController();
+      const stream = await client.completions.create(
+        { model: "tab-sim", prompt: "x", suffix: "", max_tokens: 50, stream: true },
+        { signal: controller.signal },
+      );
+      const iterator = stream[Symbol.asyncIterator]();
+      await iterator.next();
+      controller.abort();
+      await iterator.next().catch(() => undefined);
+      // The edge notices at its next write; then the slot is free again.
+      await until(
+        "the backend to see the abort",
+        () => generations().filter((r) => r.abortedAt).length === i + 1 || undefined,
+      );
+    }
+    const third = await client.completions.create({ model: "tab-sim", prompt: "y", suffix: "", max_tokens: 1 });
+    expect(third.choices).toHaveLength(1);
     await gw.sim.backend("east").configure({ tokensPerSecond: 100 });
   });
 

@@ -16,7 +16,7 @@ export interface GatewayFixture {
   admin: SextantAdmin;
   openai(options?: { apiKey?: string; timeout?: number; defaultHeaders?: Record<string, string> }): OpenAI;
   /** A new org of this plan with one user and key. */
-  account(plan: "free" | "pro" | "business"): Promise<{ apiKey: string; userId: string; keyId: string }>;
+  account(plan: "free" | "pro" | "business"): Promise<{ apiKey: string; userId: string; keyId: string; orgId: string }>;
   stop(): Promise<void>;
 }
 
@@ -63,7 +63,7 @@ export async function startGateway(
       const org = await admin.orgs.create({ name: `${plan} org ${n}`, plan });
       const user = await admin.users.create(org.id, { email: `${plan}-${n}-${Date.now()}@example.com`, role: "owner" });
       const key = await admin.keys.create({ userId: user.id, name: "gateway test" });
-      return { apiKey: key.key, userId: user.id, keyId: key.id };
+      return { apiKey: key.key, userId: user.id, keyId: key.id, orgId: org.id };
     },
     stop: async () => {
       await edge.stop();

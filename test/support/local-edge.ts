@@ -17,6 +17,20 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Limits nobody reaches: tests and benchmarks of other features must not meet the default rate
+ * limits by accident. Rate limits have their own tests (which pass their own `RATE_LIMITS`).
+ */
+const roomy = { key: { requests: { limit: 10_000_000, windowSeconds: 60 } } };
+const ROOMY_LIMITS = JSON.stringify({
+  plans: Object.fromEntries(
+    ["free", "pro", "business"].map((plan) => [
+      plan,
+      Object.fromEntries(["tab", "chat", "apply", "embed", "index", "admin"].map((cls) => [cls, roomy])),
+    ]),
+  ),
+});
+
 export interface LocalEdge {
   baseURL: string;
   configDir: string;
@@ -42,7 +56,7 @@ export async function startLocalEdge(
       String(port),
       "--persist-to",
       persistTo,
-      ...Object.entries(options.vars ?? {}).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
+      ...Object.entries({ RATE_LIMITS: ROOMY_LIMITS, ...options.vars }).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
     ],
     {
       cwd: ROOT,

@@ -191,3 +191,24 @@ describe("RateLimit header fields", () => {
     expect(rateLimitHeaders([])).toEqual({});
   });
 });
+
+describe("several buckets of one identity", () => {
+  it("leases a bucket created while a lease of the identity is in flight", async () => {
+    const stub = limiterObject();
+    const isolate = new IsolateLimiter(() => stub, SETTINGS);
+    const pending: Promise<unknown>[] = [];
+    const requests = check(1_000, 60_000);
+    const tokens: Check = {
+      ...requests,
+      policy: "chat-tokens-key",
+      bucket: { name: "chat:tokens", limit: 4_000_000, windowMs: 3_600_000 },
+    };
+    const decision = await isolate.admit([requests, tokens], {
+      fast: false,
+      failClosed: false,
+      waitUntil: (p) => pending.push(p),
+    });
+    expect(decision.ok).toBe(true);
+    await Promise.all(pending);
+  });
+});

@@ -75,6 +75,7 @@ class LocalBucket {
 class Identity {
   readonly buckets = new Map<string, LocalBucket>();
   syncing: Promise<void> | undefined;
+  again: Promise<void> | undefined;
   throttle: Throttle | null = null;
   /** A limiter that failed: until then, decide from the local fallback. */
   downUntil = 0;
@@ -132,7 +133,16 @@ export class IsolateLimiter {
   /** Takes, returns and settles leases for every bucket of one identity in one round trip. */
   sync(name: string): Promise<void> {
     const identity = this.identity(name);
-    identity.syncing ??= (async () => {
+    // One lease call at a time per identity; a sync asked for meanwhile runs right after it, so
+    // that buckets created since (another class, the tokens bucket) are leased too.
+    if (identity.syncing) {
+      identity.again ??= identity.syncing.then(() => {
+        identity.again = undefined;
+        return this.sync(name);
+      });
+      return identity.again;
+    }
+    identity.syncing = (async () => {
       const now = this.now();
       const buckets = [...identity.buckets.values()];
       const requests: LeaseRequest[] = buckets.map((b) => {
