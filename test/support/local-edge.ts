@@ -22,13 +22,14 @@ export async function freePort(): Promise<number> {
  * limits by accident. Rate limits have their own tests (which pass their own `RATE_LIMITS`).
  */
 const roomy = { key: { requests: { limit: 10_000_000, windowSeconds: 60 } } };
+const CLASSES = ["tab", "chat", "apply", "embed", "index", "admin"];
 const ROOMY_LIMITS = JSON.stringify({
   plans: Object.fromEntries(
-    ["free", "pro", "business"].map((plan) => [
-      plan,
-      Object.fromEntries(["tab", "chat", "apply", "embed", "index", "admin"].map((cls) => [cls, roomy])),
-    ]),
+    ["free", "pro", "business"].map((plan) => [plan, Object.fromEntries(CLASSES.map((cls) => [cls, roomy]))]),
   ),
+  // Under `wrangler dev` every request comes from 127.0.0.1: one network for every test account.
+  ipPrefix: Object.fromEntries(CLASSES.map((cls) => [cls, roomy.key])),
+  abuse: { newFreeAccountsPerPrefixPerHour: 1_000_000, activeFreeAccountsPerPrefixPerHour: 1_000_000 },
 });
 
 export interface LocalEdge {
