@@ -62,7 +62,15 @@ describe("the inference gateway with the openai SDK", () => {
         SIM_POOL_KEY: POOL_SECRET,
         // Pro keys may have two tab requests in flight: the abort test checks the slots come back.
         RATE_LIMITS: JSON.stringify({
-          plans: { pro: { tab: { key: { requests: { limit: 100_000, windowSeconds: 60 }, concurrency: 2 } } } },
+          plans: {
+            pro: {
+              tab: { key: { requests: { limit: 100_000, windowSeconds: 60 }, concurrency: 2 } },
+              // Pro keys may spend 60 chat tokens a minute: the metering test of the token limit.
+              chat: {
+                key: { requests: { limit: 100_000, windowSeconds: 60 }, tokens: { limit: 60, windowSeconds: 60 } },
+              },
+            },
+          },
         }),
       },
     );
@@ -322,6 +330,33 @@ describe("the inference gateway with the openai SDK", () => {
     const needles = ["reconcileLedgerEntriesAcrossShards", POOL_SECRET, gw.apiKey];
     expect(scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
     for (const needle of needles) expect(gw.edge.output()).not.toContain(needle);
+  });
+
+  it("charges chat tokens from metered usage and refuses once the token limit is spent", async () => {
+    const account = await gw.account("pro");
+    const client = gw.openai({ apiKey: account.apiKey });
+    let spent = 0;
+    let refusal: InstanceType<typeof OpenAI.APIError> | undefined;
+    for (let i = 0; i < 10 && !refusal; i++) {
+      try {
+        const c = await client.chat.completions.create({
+          model: "chat-sim",
+          messages: [{ role: "user", content: "x".repeat(16) }],
+          max_tokens: 16,
+        });
+        spent += c.usage!.total_tokens;
+      } catch (err) {
+        if (!(err instanceof OpenAI.APIError)) throw err;
+        refusal = err;
+      }
+      await sleep(100); // the charge is settled off the request's path
+    }
+    expect(refusal?.status).toBe(429);
+    expect(refusal?.message).toMatch(/60 chat tokens per minute per API key/);
+    expect(refusal?.headers?.get("ratelimit")).toMatch(/^"chat-tokens-key";r=0;t=\d+$/);
+    // Refused once the limit was spent, not before and not long after.
+    expect(spent).toBeGreaterThanOrEqual(60);
+    expect(spent).toBeLessThan(60 + 2 * 20);
   });
 
   it("fails over to the other region when the nearest one refuses connections", async () => {

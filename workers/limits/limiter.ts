@@ -5,7 +5,7 @@
  * charged at the next lease (bounded debt), so the total admitted across isolates stays within a
  * few percent of the limit while a tab request never waits.
  */
-import type { BucketSpec, LeaseGrant, LeaseRequest, Throttle } from "../../durable-objects/rate-limiter.js";
+import type { BucketSpec, LeaseGrant, LeaseRequest, Throttle } from "../../durable-objects/buckets.js";
 
 export interface LimiterStub {
   lease(requests: LeaseRequest[]): Promise<{ grants: LeaseGrant[]; throttle: Throttle | null }>;
