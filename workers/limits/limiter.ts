@@ -215,6 +215,25 @@ export class IsolateLimiter {
   }
 
   /**
+   * A check whose limiter object is unreachable: refused when its class fails closed, else admitted
+   * within the local fallback and owed to the object for when it is back.
+   */
+  private whileDown(
+    check: Check,
+    b: LocalBucket,
+    checks: Check[],
+    now: number,
+    failClosed: boolean,
+  ): Extract<Decision, { ok: false }> | undefined {
+    if (failClosed)
+      return { ok: false, check, retryAfterMs: DOWN_RETRY_MS, state: this.state(checks, now), unavailable: true };
+    if (!this.fallbackAdmit(check, now))
+      return { ok: false, check, retryAfterMs: 1000, state: this.state(checks, now) };
+    b.debt += check.cost;
+    return undefined;
+  }
+
+  /**
    * Admits a request against every check, or names the first limit it hits. `fast` never waits
    * for a limiter object (the tab path); otherwise a request without local allowance waits for one
    * lease. `failClosed` refuses instead of falling back when a limiter cannot be reached.
@@ -230,15 +249,11 @@ export class IsolateLimiter {
       const b = this.bucket(check);
       const identity = this.identity(check.identity);
       if (identity.downUntil > now) {
-        if (options.failClosed) {
+        const refused = this.whileDown(check, b, checks, now, options.failClosed);
+        if (refused) {
           refund();
-          return { ok: false, check, retryAfterMs: DOWN_RETRY_MS, state: this.state(checks, now), unavailable: true };
+          return refused;
         }
-        if (!this.fallbackAdmit(check, now)) {
-          refund();
-          return { ok: false, check, retryAfterMs: 1000, state: this.state(checks, now) };
-        }
-        b.debt += check.cost;
         continue;
       }
       if (b.deniedUntil > now && b.allowance < check.cost) {
@@ -262,15 +277,11 @@ export class IsolateLimiter {
         await this.sync(check.identity);
         now = this.now();
         if (identity.downUntil > now) {
-          if (options.failClosed) {
+          const refused = this.whileDown(check, b, checks, now, options.failClosed);
+          if (refused) {
             refund();
-            return { ok: false, check, retryAfterMs: DOWN_RETRY_MS, state: this.state(checks, now), unavailable: true };
+            return refused;
           }
-          if (!this.fallbackAdmit(check, now)) {
-            refund();
-            return { ok: false, check, retryAfterMs: 1000, state: this.state(checks, now) };
-          }
-          b.debt += check.cost;
           continue;
         }
         if (b.allowance < check.cost) {

@@ -20,14 +20,20 @@ export async function jsonBody<S extends z.ZodType>(c: Context, schema: S): Prom
   } catch (err) {
     throw new ApiError("invalid_request", `The request body is not valid JSON: ${(err as Error).message}`);
   }
+  return validated(schema, value, "body");
+}
+
+/** Validates a parsed body or query; a failure is a 400 that lists every offending field. */
+export function validated<S extends z.ZodType>(schema: S, value: unknown, what: "body" | "query"): z.output<S> {
   const result = schema.safeParse(value);
   if (!result.success) {
     const errors = result.error.issues.map((issue) => ({
-      path: issue.path.map(String).join(".") || "(body)",
+      path: issue.path.map(String).join(".") || `(${what})`,
       message: issue.message,
     }));
     const summary = errors.map((e) => `${e.path}: ${e.message}`).join("; ");
-    throw new ApiError("invalid_request", `The request body is invalid: ${summary}`, { errors });
+    const subject = what === "body" ? "The request body" : "The query";
+    throw new ApiError("invalid_request", `${subject} is invalid: ${summary}`, { errors });
   }
   return result.data;
 }

@@ -9,6 +9,7 @@ import { usageDaily } from "../db/schema.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { ApiError } from "../problem.js";
+import { validated } from "../middleware/json-body.js";
 
 const DAY_MS = 86_400_000;
 const DEFAULT_DAYS = 30;
@@ -35,23 +36,15 @@ const Query = z.strictObject({
 const shiftDay = (day: string, days: number) => new Date(Date.parse(day) + days * DAY_MS).toISOString().slice(0, 10);
 
 function parseQuery(query: Record<string, string>) {
-  const result = Query.safeParse(query);
-  if (!result.success) {
-    const errors = result.error.issues.map((issue) => ({
-      path: issue.path.map(String).join(".") || "(query)",
-      message: issue.message,
-    }));
-    const summary = errors.map((e) => `${e.path}: ${e.message}`).join("; ");
-    throw new ApiError("invalid_request", `The query is invalid: ${summary}`, { errors });
-  }
-  const to = result.data.to ?? new Date().toISOString().slice(0, 10);
-  const from = result.data.from ?? shiftDay(to, 1 - DEFAULT_DAYS);
+  const data = validated(Query, query, "query");
+  const to = data.to ?? new Date().toISOString().slice(0, 10);
+  const from = data.from ?? shiftDay(to, 1 - DEFAULT_DAYS);
   if (from > to) throw new ApiError("invalid_request", `from (${from}) is after to (${to}).`);
   const days = (Date.parse(to) - Date.parse(from)) / DAY_MS + 1;
   if (days > MAX_DAYS) {
     throw new ApiError("invalid_request", `The range spans ${days} days; ask for at most ${MAX_DAYS} at a time.`);
   }
-  return { from, to, groupBy: result.data.groupBy };
+  return { from, to, groupBy: data.groupBy };
 }
 
 const total = (column: SQLiteColumn) => sql<number>`sum(${column})`.mapWith(Number);

@@ -5,6 +5,7 @@ import type { AppEnv } from "../../app-env.js";
 import { activePrefixThrottle, liftThrottle, listThrottles } from "../../db/abuse.js";
 import { database, type Db } from "../../db/client.js";
 import { ApiError } from "../../problem.js";
+import { validated } from "../../middleware/json-body.js";
 
 const ListQuery = z.strictObject({
   all: z
@@ -12,19 +13,6 @@ const ListQuery = z.strictObject({
     .transform((all) => all === "true")
     .default(false),
 });
-
-function parseQuery(query: Record<string, string>) {
-  const result = ListQuery.safeParse(query);
-  if (!result.success) {
-    const errors = result.error.issues.map((issue) => ({
-      path: issue.path.map(String).join(".") || "(query)",
-      message: issue.message,
-    }));
-    const summary = errors.map((e) => `${e.path}: ${e.message}`).join("; ");
-    throw new ApiError("invalid_request", `The query is invalid: ${summary}`, { errors });
-  }
-  return result.data;
-}
 
 /**
  * A prefix's limiter object holds one throttle: after a lift it carries the newest throttle still
@@ -40,7 +28,7 @@ async function syncPrefixLimiter(env: Env, db: Db, lifted: AbuseThrottle, now: n
 /** Abuse throttles: what was throttled and why, and lifting a throttle before it expires. */
 export const adminAbuse = new Hono<AppEnv>()
   .get("/", async (c) => {
-    const { all } = parseQuery(c.req.query());
+    const { all } = validated(ListQuery, c.req.query(), "query");
     return c.json({ data: await listThrottles(database(c.env.DB), { all }) });
   })
   .post("/:id/lift", async (c) => {
