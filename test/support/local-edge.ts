@@ -66,8 +66,15 @@ export async function startLocalEdge(
       detached: true,
     },
   );
-  child.stdout!.on("data", (d) => (log += d));
-  child.stderr!.on("data", (d) => (log += d));
+  // The start of the output (the ready line, the bindings) and its latest 4 MiB: a flood of errors
+  // from a long benchmark must not outgrow a string.
+  let head = "";
+  const keep = (d: Buffer) => {
+    if (head.length < 64 * 1024) head += d;
+    log = (log + d).slice(-4 * 2 ** 20);
+  };
+  child.stdout!.on("data", keep);
+  child.stderr!.on("data", keep);
   const stop = async () => {
     if (child.exitCode !== null) return;
     const exited = new Promise((resolve) => child.once("exit", resolve));
@@ -77,14 +84,15 @@ export async function startLocalEdge(
     clearTimeout(timer);
   };
   const deadline = Date.now() + 90_000;
-  while (!log.includes("Sextant edge ready")) {
+  while (!head.includes("Sextant edge ready") && !log.includes("Sextant edge ready")) {
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();
       throw new Error(`npm start did not become ready:\n${log}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output: () => log, stop };
+  const output = () => (log.startsWith(head) ? log : head + log);
+  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, stop };
 }
 
 export interface CliResult {
