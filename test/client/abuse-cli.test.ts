@@ -1,11 +1,9 @@
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { printThrottles } from "../../client/cli/commands/admin.js";
 import { main } from "../../client/cli/main.js";
 import { EXIT } from "../../client/cli/output.js";
 import type { AbuseThrottle } from "../../protocol/schemas.js";
+import { captureCli, stubEdge } from "../support/cli-capture.js";
 
 const base: AbuseThrottle = {
   id: "abt_0123456789abcdefghij",
@@ -36,31 +34,7 @@ const throttles: AbuseThrottle[] = [
   { ...base, id: "abt_expired", subject: "2001:db8:1:2::/64", active: false },
 ];
 
-let stdout = "";
-beforeEach(async () => {
-  stdout = "";
-  vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
-    stdout += String(chunk);
-    return true;
-  });
-  vi.spyOn(process.stderr, "write").mockImplementation(() => true);
-  vi.stubEnv("SEXTANT_CONFIG_DIR", await mkdtemp(join(tmpdir(), "sextant-abuse-")));
-});
-afterEach(() => {
-  vi.restoreAllMocks();
-  vi.unstubAllEnvs();
-  vi.unstubAllGlobals();
-});
-
-/** Answers every request with `body` and records what was asked. */
-function edge(body: unknown) {
-  const requests: { method: string; url: URL }[] = [];
-  vi.stubGlobal("fetch", async (input: RequestInfo | URL, init?: RequestInit) => {
-    requests.push({ method: init?.method ?? "GET", url: new URL(String(input)) });
-    return new Response(JSON.stringify(body), { headers: { "Content-Type": "application/json" } });
-  });
-  return requests;
-}
+const output = captureCli();
 
 const admin = (...args: string[]) =>
   main(["--base-url", "http://edge.test", "--admin-secret", "s".repeat(40), ...args]);
@@ -68,7 +42,7 @@ const admin = (...args: string[]) =>
 describe("sextant admin abuse", () => {
   it("prints a table with the ratio, the dates, the state and the reason", () => {
     printThrottles(throttles);
-    const lines = stdout.trimEnd().split("\n");
+    const lines = output().trimEnd().split("\n");
     expect(lines[0]).toMatch(/^ID\s+KIND\s+SUBJECT\s+SIGNAL\s+OBSERVED\s+CREATED\s+EXPIRES\s+STATE\s+REASON$/);
     expect(lines[1]).toMatch(
       /^abt_0123456789abcdefghij\s+prefix\s+203\.0\.113\.0\/24\s+active_free_accounts\s+41\/40\s+2026-05-01 10:00\s+2026-05-01 11:00\s+active\s+41 free accounts/,
@@ -80,28 +54,28 @@ describe("sextant admin abuse", () => {
 
   it("says so when nothing is throttled", () => {
     printThrottles([]);
-    expect(stdout).toBe("(none)\n");
+    expect(output()).toBe("(none)\n");
   });
 
   it("lists active throttles by default and all of them with --all", async () => {
-    const requests = edge({ data: throttles });
+    const requests = stubEdge({ data: throttles });
     expect(await admin("admin", "abuse", "list")).toBe(EXIT.ok);
     expect(await admin("admin", "abuse", "list", "--all")).toBe(EXIT.ok);
     expect(requests.map((r) => `${r.method} ${r.url.pathname}${r.url.search}`)).toEqual([
       "GET /admin/abuse",
       "GET /admin/abuse?all=true",
     ]);
-    expect(stdout).toContain("abt_expired");
+    expect(output()).toContain("abt_expired");
   });
 
   it("lifts a throttle and prints the record with --json", async () => {
     const lifted = { ...base, liftedAt: "2026-05-01T10:40:00.000Z", active: false };
-    const requests = edge(lifted);
+    const requests = stubEdge(lifted);
     expect(await admin("--json", "admin", "abuse", "lift", base.id)).toBe(EXIT.ok);
     expect(requests).toHaveLength(1);
     expect(requests[0]!.method).toBe("POST");
     expect(requests[0]!.url.pathname).toBe(`/admin/abuse/${base.id}/lift`);
-    expect(JSON.parse(stdout)).toEqual(lifted);
+    expect(JSON.parse(output())).toEqual(lifted);
   });
 
   it("exits 4 when the throttle does not exist", async () => {

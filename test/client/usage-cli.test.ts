@@ -1,13 +1,11 @@
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { main } from "../../client/cli/main.js";
 import { parseDimensions, printUsage } from "../../client/cli/commands/usage.js";
 import { UsageError } from "../../client/cli/context.js";
 import { EXIT } from "../../client/cli/output.js";
 import { generateApiKey } from "../../protocol/api-key.js";
 import type { UsageReport } from "../../protocol/schemas.js";
+import { captureCli, stubEdge } from "../support/cli-capture.js";
 
 const report: UsageReport = {
   from: "2026-04-02",
@@ -27,27 +25,12 @@ const report: UsageReport = {
   totals: { requests: 1203, promptTokens: 12_005, completionTokens: 807, totalTokens: 12_812 },
 };
 
-let stdout = "";
-beforeEach(async () => {
-  stdout = "";
-  vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
-    stdout += String(chunk);
-    return true;
-  });
-  vi.spyOn(process.stderr, "write").mockImplementation(() => true);
-  // Keep any real `sextant login` on this machine out of the way.
-  vi.stubEnv("SEXTANT_CONFIG_DIR", await mkdtemp(join(tmpdir(), "sextant-usage-")));
-});
-afterEach(() => {
-  vi.restoreAllMocks();
-  vi.unstubAllEnvs();
-  vi.unstubAllGlobals();
-});
+const output = captureCli();
 
 describe("sextant usage", () => {
   it("prints one column per dimension, the counts, and the totals last", () => {
     printUsage(report);
-    const lines = stdout.trimEnd().split("\n");
+    const lines = output().trimEnd().split("\n");
     expect(lines[0]).toBe("Usage from 2026-04-02 to 2026-05-01 (UTC), by day, model");
     expect(lines[2]).toMatch(/^DAY\s+MODEL\s+REQUESTS\s+PROMPT\s+COMPLETION\s+TOTAL$/);
     expect(lines[3]).toMatch(/^2026-04-30\s+sextant-large\s+3\s+12,000\s+800\s+12,800$/);
@@ -59,8 +42,8 @@ describe("sextant usage", () => {
 
   it("says so when there is no usage, and still prints zero totals", () => {
     printUsage({ ...report, rows: [], totals: { requests: 0, promptTokens: 0, completionTokens: 0, totalTokens: 0 } });
-    expect(stdout).toContain("(none)");
-    expect(stdout.trimEnd().split("\n").at(-1)).toBe("Total: 0 requests, 0 tokens (0 prompt, 0 completion)");
+    expect(output()).toContain("(none)");
+    expect(output().trimEnd().split("\n").at(-1)).toBe("Total: 0 requests, 0 tokens (0 prompt, 0 completion)");
   });
 
   it("parses --by and refuses unknown or empty dimensions", () => {
@@ -70,22 +53,18 @@ describe("sextant usage", () => {
   });
 
   it("sends the flags as the query and prints JSON with --json", async () => {
-    const urls: string[] = [];
-    vi.stubGlobal("fetch", async (input: RequestInfo | URL) => {
-      urls.push(String(input));
-      return new Response(JSON.stringify(report), { headers: { "Content-Type": "application/json" } });
-    });
+    const requests = stubEdge(report);
     const argv = ["--base-url", "http://edge.test", "--api-key", generateApiKey(), "--json", "usage"];
     const code = await main([...argv, "--from", "2026-04-02", "--to", "2026-05-01", "--by", "model,day"]);
     expect(code).toBe(EXIT.ok);
-    const url = new URL(urls[0]!);
+    const url = requests[0]!.url;
     expect(url.pathname).toBe("/v1/usage");
     expect(Object.fromEntries(url.searchParams)).toEqual({
       from: "2026-04-02",
       to: "2026-05-01",
       groupBy: "model,day",
     });
-    expect(JSON.parse(stdout)).toEqual(report);
+    expect(JSON.parse(output())).toEqual(report);
   });
 
   it("exits 2 for a malformed day without calling the edge", async () => {

@@ -82,7 +82,6 @@ type Outcome = Failure | StreamWin | JsonWin;
 interface Attempt {
   endpoint: ResolvedEndpoint;
   controller: AbortController;
-  retry: boolean;
   result: Promise<Outcome>;
 }
 
@@ -301,9 +300,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     attempts++;
     tried.add(endpoint.id);
     const controller = new AbortController();
-    const a: Attempt = { endpoint, controller, retry, result: Promise.resolve() as unknown as Promise<Outcome> };
-    a.result = attempt(req, endpoint, controller, deadline);
-    running.add(a);
+    running.add({ endpoint, controller, result: attempt(req, endpoint, controller, deadline) });
     return true;
   };
 
@@ -328,12 +325,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
       attempts++;
       tried.add(endpoint.id);
       const controller = new AbortController();
-      const a: Attempt = {
-        endpoint,
-        controller,
-        retry: true,
-        result: attempt(resumed, endpoint, controller, deadline),
-      };
+      const a: Attempt = { endpoint, controller, result: attempt(resumed, endpoint, controller, deadline) };
       const outcome = await a.result;
       if (outcome.ok && outcome.kind === "stream") return { a, outcome, release: () => end(a) };
       end(a);

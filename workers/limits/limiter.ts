@@ -248,19 +248,28 @@ export class IsolateLimiter {
     for (const check of checks) {
       const b = this.bucket(check);
       const identity = this.identity(check.identity);
-      if (identity.downUntil > now) {
-        const refused = this.whileDown(check, b, checks, now, options.failClosed);
-        if (refused) {
-          refund();
-          return refused;
+      // At most two passes: from the local lease, then once more after waiting for a lease.
+      for (let synced = false; ; synced = true) {
+        if (identity.downUntil > now) {
+          const refused = this.whileDown(check, b, checks, now, options.failClosed);
+          if (refused) {
+            refund();
+            return refused;
+          }
+          break;
         }
-        continue;
-      }
-      if (b.deniedUntil > now && b.allowance < check.cost) {
-        refund();
-        return { ok: false, check, retryAfterMs: b.deniedUntil - now, state: this.state(checks, now) };
-      }
-      if (b.allowance < check.cost) {
+        if (b.allowance >= check.cost) {
+          b.allowance -= check.cost;
+          b.spent += check.cost;
+          taken.push([b, check.cost]);
+          // Top up before it runs out, off the request's path.
+          if (b.allowance < b.want(this.settings) / 2) options.waitUntil(this.sync(check.identity));
+          break;
+        }
+        if (synced || b.deniedUntil > now) {
+          refund();
+          return { ok: false, check, retryAfterMs: Math.max(1, b.deniedUntil - now), state: this.state(checks, now) };
+        }
         // The fast path runs up debt only while the limit is far off; within the last 20% it waits
         // for a lease like any other request, so that isolates together cannot overshoot.
         const headroom = b.remaining - b.debt - b.sending - check.cost;
@@ -272,29 +281,11 @@ export class IsolateLimiter {
           b.debt += check.cost;
           b.spent += check.cost;
           options.waitUntil(this.sync(check.identity));
-          continue;
+          break;
         }
         await this.sync(check.identity);
         now = this.now();
-        if (identity.downUntil > now) {
-          const refused = this.whileDown(check, b, checks, now, options.failClosed);
-          if (refused) {
-            refund();
-            return refused;
-          }
-          continue;
-        }
-        if (b.allowance < check.cost) {
-          refund();
-          const retryAfterMs = Math.max(1, b.deniedUntil - now);
-          return { ok: false, check, retryAfterMs, state: this.state(checks, now) };
-        }
       }
-      b.allowance -= check.cost;
-      b.spent += check.cost;
-      taken.push([b, check.cost]);
-      // Top up before it runs out, off the request's path.
-      if (b.allowance < b.want(this.settings) / 2) options.waitUntil(this.sync(check.identity));
     }
     return { ok: true, state: this.state(checks, now) };
   }
