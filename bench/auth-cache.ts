@@ -76,6 +76,6 @@ export function report(results: Record<string, Figures>): string {
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const requests = Number(process.env.BENCH_REQUESTS ?? 2000);
-  console.log(`auth-cache: ${requests} sequential requests per case against wrangler dev\n`);
+  console.log(`auth-cache: ${requests} sequential requests per case against the local edge\n`);
   console.log(report(await runAuthCacheBench(requests)));
 }

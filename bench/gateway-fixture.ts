@@ -56,12 +56,14 @@ export interface BenchGateway {
   apiKey: string;
   openai: GatewayFixture["openai"];
   account: GatewayFixture["account"];
+  /** CPU seconds the edge's processes have used so far (Linux), for CPU per request. */
+  edgeCpuSeconds(): number | undefined;
   stop(): Promise<void>;
 }
 
 /**
  * Probes that see an outage begin or end within a quarter second. The timeout stays long: the
- * probes run in the same `wrangler dev` process as the edge, and a short one fails them whenever
+ * probes run in the same workerd process as the edge, and a short one fails them whenever
  * the edge is busy, which reads as the backends being down.
  */
 export const FAST_PROBES = { probeIntervalMs: 250, probeTimeoutMs: 1_000, snapshotMaxAgeMs: 100 } as const;
@@ -177,6 +179,7 @@ export async function startBenchGateway(
   return {
     backends,
     baseURL: fixture.edge.baseURL,
+    edgeCpuSeconds: () => fixture.edge.cpuSeconds(),
     apiKey: fixture.apiKey,
     openai: fixture.openai,
     account: fixture.account,

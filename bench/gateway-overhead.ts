@@ -7,8 +7,9 @@
  *
  *   npx tsx bench/gateway-overhead.ts           # 300 pairs serially, then 200 streams × 5 pairs
  *
- * Both sides use the same client: `fetch` reading the body as it streams. The edge runs under
- * `wrangler dev` on this machine, sharing its cores with the client and the simulator.
+ * Both sides use the same client: `fetch` reading the body as it streams. The edge is `npm start`'s
+ * (the deployable bundle in Miniflare's workerd) on this machine, sharing its cores with the client
+ * and the simulator.
  */
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
@@ -145,6 +146,8 @@ export interface PairedRun {
   edge: { ttft: Quantiles; total: Quantiles };
   /** Edge minus direct, pair by pair. */
   added: { ttft: Quantiles; total: Quantiles };
+  /** CPU the edge's processes used per request through it (ms), where it can be read. */
+  edgeCpuMs?: number;
 }
 
 export interface OverheadFigures {
@@ -205,8 +208,10 @@ async function measure(
   pair: { direct: Side; edge: Side },
   streams: number,
   pairsPerStream: number,
+  cpuSeconds: () => number | undefined = () => undefined,
 ): Promise<PairedRun> {
   const pairs: { direct: Timing; edge: Timing }[] = [];
+  const cpuBefore = cpuSeconds();
   await Promise.all(
     Array.from({ length: streams }, async (_, worker) => {
       for (let n = 0; n < pairsPerStream; n++) {
@@ -218,6 +223,7 @@ async function measure(
       }
     }),
   );
+  const cpuAfter = cpuSeconds();
   const good = pairs.filter((p) => !p.direct.failure && !p.edge.failure);
   const failures: Record<string, number> = {};
   for (const p of pairs)
@@ -236,6 +242,9 @@ async function measure(
       ttft: q(good.map((p) => p.edge.ttft - p.direct.ttft)),
       total: q(good.map((p) => p.edge.total - p.direct.total)),
     },
+    ...(cpuBefore !== undefined && cpuAfter !== undefined
+      ? { edgeCpuMs: ((cpuAfter - cpuBefore) * 1000) / pairs.length }
+      : {}),
   };
 }
 
@@ -248,12 +257,13 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
     const runs: PairedRun[] = [];
     const floors: PairedRun[] = [];
     await measure(stream, 1, Math.min(30, serialPairs));
-    runs.push(await measure(stream, 1, serialPairs));
-    floors.push(await measure(floor, 1, serialPairs));
+    const cpu = () => gw.edgeCpuSeconds();
+    runs.push(await measure(stream, 1, serialPairs, cpu));
+    floors.push(await measure(floor, 1, serialPairs, cpu));
     // One pair per stream first: opens every connection before anything is measured.
     await measure(stream, streams, 1);
-    runs.push(await measure(stream, streams, pairsPerStream));
-    floors.push(await measure(floor, streams, pairsPerStream));
+    runs.push(await measure(stream, streams, pairsPerStream, cpu));
+    floors.push(await measure(floor, streams, pairsPerStream, cpu));
     return {
       simulator: gw.backends.mode,
       tokens: TOKENS,
@@ -270,13 +280,14 @@ export function reportOverhead(f: OverheadFigures): string {
   const row = (r: PairedRun, ttft: boolean) =>
     `${String(r.streams).padStart(7)} ${String(r.pairs).padStart(6)} ${String(r.failed).padStart(6)} | ` +
     (ttft ? `${pair(r.direct.ttft)}  ${pair(r.edge.ttft)}  ${pair(r.added.ttft)} | ` : "") +
-    `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)}`;
+    `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)} | ` +
+    (r.edgeCpuMs !== undefined ? fmt(r.edgeCpuMs).padStart(8) : "       -");
   const lines = [
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
-    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added",
+    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | edge CPU ms/request",
     ...f.runs.map((r) => row(r, true)),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
-    "streams  pairs failed | total: direct     edge         added",
+    "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
   ];
   for (const r of [...f.runs, ...f.floor])

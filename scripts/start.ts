@@ -1,6 +1,8 @@
 /**
- * `npm start`: the local edge under `wrangler dev` with local D1, R2 and Durable Objects,
- * migrations applied first, and a development account whose key the CLI finds by itself.
+ * `npm start`: the local edge (the deployable bundle on Miniflare, `scripts/edge.ts`) with local D1,
+ * R2 and Durable Objects, migrations applied first, and a development account whose key the CLI
+ * finds by itself. `npm run dev` (`--dev`) runs the same under `wrangler dev` instead, which
+ * reloads on save at the cost of a proxy hop and an inspector on every request.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -10,6 +12,7 @@ import { Sextant, SextantAdmin } from "../client/sdk/client.js";
 import { AuthenticationError } from "../client/sdk/errors.js";
 import { LocalEdge, localEdgePath, readJsonFile, writeSecretFile } from "../client/cli/credentials.js";
 import { startSimulator, type Simulator } from "../gpu-backends/simulator/simulator.js";
+import { startEdge } from "./edge.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
 
 const DEV_EMAIL = "dev@sextant.localhost";
@@ -21,6 +24,10 @@ const { values: args } = parseArgs({
     "persist-to": { type: "string", default: ".wrangler/state" },
     /** Overrides a `[vars]` entry, as `NAME:value`; repeatable. */
     var: { type: "string", multiple: true, default: [] },
+    /** Under `wrangler dev`, reloading on save. */
+    dev: { type: "boolean", default: false },
+    /** A line per request on the console (always on with `--dev`). */
+    "log-requests": { type: "boolean", default: false },
   },
 });
 const baseURL = `http://${args.ip}:${args.port}`;
@@ -89,10 +96,10 @@ function applyMigrations(): void {
   }
 }
 
-async function waitForHealth(child: { exitCode: number | null }, deadlineMs = 90_000): Promise<void> {
+async function waitForHealth(exitCode: () => number | undefined, deadlineMs = 90_000): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`wrangler dev exited with code ${child.exitCode}`);
+    if (exitCode() !== undefined) throw new Error(`the edge exited with code ${exitCode()}`);
     try {
       if ((await fetch(`${baseURL}/healthz`)).ok) return;
     } catch {
@@ -128,32 +135,82 @@ async function ensureDevAccount(adminSecret: string): Promise<LocalEdge> {
   return local;
 }
 
+/** A running edge, however it runs. */
+interface Running {
+  exited: Promise<number>;
+  stop(): void;
+}
+
+function wranglerDev(vars: string[]): Running {
+  const child = spawn(
+    "npx",
+    [
+      "wrangler",
+      "dev",
+      "--ip",
+      args.ip,
+      "--port",
+      args.port,
+      "--persist-to",
+      args["persist-to"],
+      "--show-interactive-dev-session=false",
+      ...vars.flatMap((v) => ["--var", v]),
+    ],
+    { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
+  );
+  return {
+    exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? 0 : 1)))),
+    stop: () => child.kill("SIGTERM"),
+  };
+}
+
+async function miniflare(vars: string[]): Promise<Running> {
+  const edge = await startEdge({
+    host: args.ip,
+    port: Number(args.port),
+    persistTo: args["persist-to"],
+    vars: Object.fromEntries(vars.map((v) => [v.slice(0, v.indexOf(":")), v.slice(v.indexOf(":") + 1)])),
+    logRequests: args["log-requests"],
+    env: wranglerEnv,
+  });
+  let done: (code: number) => void = () => {};
+  const exited = new Promise<number>((resolve) => (done = resolve));
+  let stopping = false;
+  return {
+    exited,
+    stop: () => {
+      if (stopping) return;
+      stopping = true;
+      edge.dispose().then(
+        () => done(0),
+        () => done(1),
+      );
+    },
+  };
+}
+
 const adminSecret = ensureAdminSecret();
 applyMigrations();
 const gateway = await gatewayVars();
-const child = spawn(
-  "npx",
-  [
-    "wrangler",
-    "dev",
-    "--ip",
-    args.ip,
-    "--port",
-    args.port,
-    "--persist-to",
-    args["persist-to"],
-    "--show-interactive-dev-session=false",
-    ...[...args.var, ...gateway.vars].flatMap((v) => ["--var", v]),
-  ],
-  { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
-);
-for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
-child.on("exit", (code, signal) => {
-  void (gateway.simulator?.stop() ?? Promise.resolve()).finally(() => process.exit(code ?? (signal ? 0 : 1)));
+const vars = [...args.var, ...gateway.vars];
+let running: Running;
+try {
+  running = args.dev ? wranglerDev(vars) : await miniflare(vars);
+} catch (err) {
+  console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);
+  await gateway.simulator?.stop();
+  process.exit(1);
+}
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => running.stop());
+let exitCode: number | undefined;
+void running.exited.then(async (code) => {
+  exitCode = code;
+  await gateway.simulator?.stop();
+  process.exit(code);
 });
 
 try {
-  await waitForHealth(child);
+  await waitForHealth(() => exitCode);
   await ensureDevAccount(adminSecret);
   console.log(
     `\nSextant edge ready at ${baseURL}\n` +
@@ -166,6 +223,6 @@ try {
   );
 } catch (err) {
   console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);
-  child.kill("SIGTERM");
+  running.stop();
   process.exitCode = 1;
 }

@@ -177,6 +177,61 @@ describe("the inference gateway with the openai SDK", () => {
     expect(models.sort()).toEqual(["apply-openai-sim", "apply-sim", "chat-sim", "embed-sim", "tab-sim"]);
   });
 
+  it("keeps a quiet stream alive with SSE comments the SDK ignores, and names the backend that served it", async () => {
+    // 5 tokens/s: 200 ms between tokens, ten times the heartbeat interval.
+    await gw.sim.backend("east").configure({ tokensPerSecond: 5 });
+    try {
+      const raw = await fetch(`${gw.edge.baseURL}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
+        body: JSON.stringify({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true }),
+      });
+      const text = await raw.text();
+      const named = text.indexOf(": backend=east region=us-east\n\n");
+      expect(named).toBeGreaterThanOrEqual(0);
+      expect(named).toBeLessThan(text.indexOf("data: "));
+      expect(text.split("\n").filter((line) => line === ":").length).toBeGreaterThan(3);
+      expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+
+      const stream = await gw
+        .openai()
+        .completions.create({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true });
+      let completion = "";
+      for await (const chunk of stream) completion += chunk.choices[0]?.text ?? "";
+      expect(completion).toBe("sim0 sim1 sim2 ");
+    } finally {
+      await gw.sim.backend("east").configure({ tokensPerSecond: 100 });
+    }
+  });
+
+  it("ends a stream that every backend accepted and then failed with one error event the SDK raises", async () => {
+    for (const b of gw.sim.backends) await b.configure({ fault: { type: "malformedSse", afterTokens: 0 } });
+    const raw = await fetch(`${gw.edge.baseURL}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
+      body: JSON.stringify({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true }),
+    });
+    // The response began when the first backend accepted the request.
+    expect(raw.status).toBe(200);
+    const text = await raw.text();
+    const errors = text.split("\n\n").filter((event) => event.startsWith("event: error\n"));
+    expect(errors).toHaveLength(1);
+    const error = JSON.parse(errors[0]!.split("\ndata: ")[1]!) as { error: { code: string; message: string } };
+    expect(error.error.code).toBe("upstream_failure");
+    expect(error.error.message).toContain("malformed");
+    expect(text).not.toContain("data: [DONE]");
+    expect(generations().length).toBeGreaterThanOrEqual(2);
+
+    const stream = await gw
+      .openai()
+      .completions.create({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true });
+    await expect(
+      (async () => {
+        for await (const _ of stream) void _;
+      })(),
+    ).rejects.toThrow(/malformed/);
+  });
+
   it("aborts the upstream request when the SDK aborts a stream", async () => {
     await gw.sim.backend("east").configure({ tokensPerSecond: 5 });
     const controller = new AbortController();

@@ -22,7 +22,7 @@ export interface GatewayFixture {
 
 /**
  * The simulated GPU backends (in this process, so tests can read what they received and when)
- * behind the real local edge (`npm start`'s script under `wrangler dev`), configured by
+ * behind the real local edge (`npm start`'s script), configured by
  * `GATEWAY_CONFIG` built from the simulators' URLs.
  */
 export async function startGateway(

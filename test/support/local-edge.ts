@@ -1,5 +1,5 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,7 +27,7 @@ const ROOMY_LIMITS = JSON.stringify({
   plans: Object.fromEntries(
     ["free", "pro", "business"].map((plan) => [plan, Object.fromEntries(CLASSES.map((cls) => [cls, roomy]))]),
   ),
-  // Under `wrangler dev` every request comes from 127.0.0.1: one network for every test account.
+  // Locally every request comes from one network (or none): none of the test accounts may meet its limit.
   ipPrefix: Object.fromEntries(CLASSES.map((cls) => [cls, roomy.key])),
   abuse: { newFreeAccountsPerPrefixPerHour: 1_000_000, activeFreeAccountsPerPrefixPerHour: 1_000_000 },
 });
@@ -37,7 +37,33 @@ export interface LocalEdge {
   configDir: string;
   persistTo: string;
   output: () => string;
+  /**
+   * CPU seconds used so far by the edge's processes (workerd, and the Node process that started
+   * it), from Linux's `/proc`; undefined elsewhere.
+   */
+  cpuSeconds: () => number | undefined;
   stop: () => Promise<void>;
+}
+
+/** CPU seconds of every live process in a process group, from `/proc/<pid>/stat`. */
+function groupCpuSeconds(group: number): number | undefined {
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+  } catch {
+    return undefined;
+  }
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      // Fields after the command's closing parenthesis: state is 3rd, pgrp 5th, utime 14th, stime 15th.
+      const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+      if (Number(fields[2]) === group) ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // Gone.
+    }
+  }
+  return ticks / 100; // USER_HZ
 }
 
 /** Runs `npm start`'s script exactly as a user would, on its own port, state and config directories. */
@@ -92,7 +118,8 @@ export async function startLocalEdge(
     await new Promise((r) => setTimeout(r, 200));
   }
   const output = () => (log.startsWith(head) ? log : head + log);
-  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, stop };
+  const cpuSeconds = () => groupCpuSeconds(child.pid!);
+  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, stop };
 }
 
 export interface CliResult {

@@ -111,11 +111,12 @@ describe("usage metering", () => {
     const keyId = `${account.key.id}-follow-up`;
     const ctx = executionContext();
     const first = entryFor(account, { keyId, promptTokens: 1 });
-    meter(env, ctx.waitUntil, first);
-    // The first meter call has started a flush; these arrive while it is in flight.
+    meter(env, ctx.waitUntil, first, 0);
+    const running = flushUsage(env);
+    // A flush is in flight; these arrive while it runs.
     const later = [2, 3, 4].map((n) => entryFor(account, { keyId, promptTokens: n, model: `m${n % 2}` }));
-    for (const e of later) meter(env, ctx.waitUntil, e);
-    await ctx.settled();
+    for (const e of later) meter(env, ctx.waitUntil, e, 0);
+    await Promise.all([ctx.settled(), running]);
     expect(await stored([keyId])).toEqual(expected([first, ...later]));
   });
 
@@ -147,7 +148,7 @@ describe("usage metering", () => {
           else {
             const entry = entryFor(account, { ...a, keyId: keys[a.key]! });
             entries.push(entry);
-            meter(env, ctx.waitUntil, entry);
+            meter(env, ctx.waitUntil, entry, 0);
           }
         }
         // No final flushUsage: what the runtime waits for must be enough.

@@ -3,8 +3,9 @@
  * isolate-level aggregate and hands the runtime a flush to wait for; flushes upsert the aggregate
  * into `usage_daily` with one D1 batch, one statement per (day, key, model).
  *
- * At most one flush runs at a time. Entries recorded while one runs are written by the next, so
- * under load a single batch carries many requests. Every `meter` call's `waitUntil` covers the
+ * A flush starts about a second after an entry is recorded, so the requests of that second share
+ * one batch. At most one flush runs at a time; entries recorded while one runs are written by the
+ * next. Every `meter` call's `waitUntil` covers the
  * flush that takes its entry, so nothing is stranded in memory when the isolate goes idle; a flush
  * that fails puts its rows back for the next one (they are lost only if the isolate is evicted
  * before another request arrives).
@@ -54,8 +55,14 @@ let finished = 0;
 let inFlight: Promise<void> | undefined;
 
 /**
+ * How long a metered entry waits before its flush starts, so that the requests of that second
+ * share one write and the write never competes with the stream that just ended.
+ */
+export const FLUSH_DELAY_MS = 1_000;
+
+/**
  * Records one finished model request. Never throws and never waits: the write happens in a flush
- * the runtime keeps alive through `waitUntil`.
+ * about `delayMs` later, which the runtime keeps alive through `waitUntil`.
  *
  * @example
  * meter(c.env, (p) => c.executionCtx.waitUntil(p), {
@@ -63,7 +70,12 @@ let inFlight: Promise<void> | undefined;
  *   promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens, at: Date.now(),
  * });
  */
-export function meter(env: Env, waitUntil: (p: Promise<unknown>) => void, entry: UsageEntry): void {
+export function meter(
+  env: Env,
+  waitUntil: (p: Promise<unknown>) => void,
+  entry: UsageEntry,
+  delayMs = FLUSH_DELAY_MS,
+): void {
   const at = Number.isFinite(entry.at) ? entry.at : Date.now();
   add({
     day: new Date(at).toISOString().slice(0, 10),
@@ -75,7 +87,8 @@ export function meter(env: Env, waitUntil: (p: Promise<unknown>) => void, entry:
     promptTokens: count(entry.promptTokens),
     completionTokens: count(entry.completionTokens),
   });
-  waitUntil(settle(env, started + 1));
+  const ticket = started + 1;
+  waitUntil(new Promise((resolve) => setTimeout(resolve, delayMs)).then(() => settle(env, ticket)));
 }
 
 /**

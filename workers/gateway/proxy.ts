@@ -8,7 +8,7 @@ import { ApiError } from "../problem.js";
 import type { Balancer, Location } from "./balancer.js";
 import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
 import { foldPrediction, renderFim } from "./prompts.js";
-import { SseReader, type SseItem } from "./sse.js";
+import { SseReader } from "./sse.js";
 
 export interface Usage {
   promptTokens: number;
@@ -68,7 +68,8 @@ interface StreamWin {
   ok: true;
   kind: "stream";
   reader: SseReader;
-  first: SseItem & { type: "event" };
+  /** The first event, parsed. */
+  first: Record<string, unknown>;
 }
 
 interface JsonWin {
@@ -86,6 +87,14 @@ interface Attempt {
 }
 
 const encoder = new TextEncoder();
+
+/**
+ * A stream that has sent the client nothing for this long sends an SSE comment. A connection's
+ * close is only noticed when something is written to it, so this bounds how long a cancelled
+ * request can keep its backend busy while the backend is between tokens (or before its first).
+ */
+export const HEARTBEAT_MS = 25;
+const HEARTBEAT = new TextEncoder().encode(":\n\n");
 
 /** A retry into an endpoint at most this loaded (its own request included) spends no budget. */
 const IDLE_LOAD = 0.5;
@@ -131,6 +140,7 @@ async function attempt(
   endpoint: ResolvedEndpoint,
   controller: AbortController,
   deadline: number,
+  accepted: () => void = () => {},
 ): Promise<Outcome> {
   const { timeouts } = req.pool;
   const remaining = () => Math.max(0, deadline - Date.now());
@@ -181,13 +191,14 @@ async function attempt(
   const firstByteMs = Math.min(timeouts.firstByteMs, remaining());
   if (req.stream) {
     if (!response.body) return failure(`${endpoint.id} sent an empty stream`);
+    accepted();
     const reader = new SseReader(response.body);
     const first = await reader.next(firstByteMs);
     if (first.type === "event") {
-      const error = eventError(first.data);
-      if (error === undefined) return { ok: true, kind: "stream", reader, first };
+      const parsed = parseEvent(first.data);
+      if ("value" in parsed) return { ok: true, kind: "stream", reader, first: parsed.value };
       reader.cancel();
-      return failure(`${endpoint.id} failed before its first token: ${error}`);
+      return failure(`${endpoint.id} failed before its first token: ${parsed.error}`);
     }
     reader.cancel();
     if (req.signal.aborted)
@@ -225,16 +236,18 @@ async function attempt(
   return failure(`${endpoint.id} answered with something that is not a JSON object`);
 }
 
-/** The error an event carries (`{"error": …}`), `null` when malformed, undefined when fine. */
-function eventError(data: string): string | undefined {
+/** An event's JSON, or the error it carries (`{"error": …}`, or a malformed event). */
+function parseEvent(data: string): { value: Record<string, unknown> } | { error: string } {
+  let value: unknown;
   try {
-    const value = JSON.parse(data) as { error?: { message?: string } | string };
-    if (value && typeof value === "object" && value.error)
-      return typeof value.error === "string" ? value.error : (value.error.message ?? "the backend reported an error");
-    return undefined;
+    value = JSON.parse(data);
   } catch {
-    return "malformed event";
+    return { error: "malformed event" };
   }
+  if (!value || typeof value !== "object" || Array.isArray(value)) return { error: "malformed event" };
+  const error = (value as { error?: { message?: string } | string }).error;
+  if (error) return { error: typeof error === "string" ? error : (error.message ?? "the backend reported an error") };
+  return { value: value as Record<string, unknown> };
 }
 
 function usageOf(value: unknown): Usage | undefined {
@@ -247,15 +260,24 @@ function usageOf(value: unknown): Usage | undefined {
   };
 }
 
-export function errorEvent(code: "upstream_failure" | "upstream_timeout", message: string, requestId: string): string {
+export function errorEvent(code: string, message: string, requestId: string): string {
   return `event: error\ndata: ${JSON.stringify({ error: { message, type: code, code, request_id: requestId } })}\n\n`;
 }
 
 /**
- * Runs the request. Returns the response to send (a stream that is already past its first token,
- * or a JSON body), or throws an ApiError when no backend could answer.
+ * Runs the request. Returns the response to send, or throws an ApiError when no backend accepted
+ * it. A stream's response starts as soon as a backend accepts the request (answers 200), so the
+ * client's first token is not held behind the response's start; until that first token the edge
+ * still fails over and hedges, unseen by the client, and a stream that no backend could serve ends
+ * with one explicit `event: error`. A JSON answer is returned whole, from whichever backend gave it.
  */
-export async function proxy(req: ProxyRequest): Promise<Response> {
+export async function proxy(given: ProxyRequest): Promise<Response> {
+  // The request's own signal, which also aborts when the client cancels a stream already begun.
+  const local = new AbortController();
+  const follow = () => local.abort(given.signal.reason);
+  if (given.signal.aborted) follow();
+  else given.signal.addEventListener("abort", follow, { once: true });
+  const req: ProxyRequest = { ...given, signal: local.signal };
   const { balancer, pool } = req;
   const started = Date.now();
   const deadline = started + pool.timeouts.deadlineMs;
@@ -283,6 +305,9 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
   req.signal.addEventListener("abort", onClientAbort, { once: true });
 
   /** Starts an attempt on the best endpoint with room; false when none can be had now. */
+  let accept: () => void = () => {};
+  const accepted = new Promise<void>((resolve) => (accept = resolve));
+
   const launch = (retry: boolean, otherRegionThan?: string): boolean => {
     if (attempts >= pool.retries.maxAttempts || Date.now() >= deadline) return false;
     const now = Date.now();
@@ -300,7 +325,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     attempts++;
     tried.add(endpoint.id);
     const controller = new AbortController();
-    running.add({ endpoint, controller, result: attempt(req, endpoint, controller, deadline) });
+    running.add({ endpoint, controller, result: attempt(req, endpoint, controller, deadline, accept) });
     return true;
   };
 
@@ -337,98 +362,121 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     return undefined;
   };
 
-  try {
-    // The first attempt; a tab request may wait briefly for a slot.
-    while (!launch(false)) {
-      const now = Date.now();
-      const routable = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
-      if (routable.length === 0)
-        throw new ApiError("unavailable", `No backend of pool ${pool.name} is healthy right now.`, {
-          headers: { "Retry-After": String(Math.ceil(req.gateway.config.health.probeIntervalMs / 1000)) },
-        });
-      const wait = req.cls === "tab" ? req.gateway.config.tabQueueMs - (now - started) : 0;
-      if (wait <= 0 || !(await balancer.waitForSlot(wait, req.signal))) {
-        if (req.signal.aborted) throw new ApiError("unavailable", "The client went away.");
-        throw new ApiError(
-          "unavailable",
-          `The ${req.cls} class is being shed: pool ${pool.name}'s backends are at the share of capacity it may use.`,
-          { headers: { "Retry-After": "1" } },
-        );
-      }
-    }
-
-    for (;;) {
-      if (running.size === 0) {
-        const canRetry = lastFailure?.retryable !== false && !req.signal.aborted;
-        if (!canRetry || !launch(true)) break;
-      }
-      const hedgeAt =
-        pool.hedgeAfterMs !== undefined && !hedged && running.size === 1 ? started + pool.hedgeAfterMs : undefined;
-      let hedgeTimer: ReturnType<typeof setTimeout> | undefined;
-      const settled = await Promise.race([
-        ...[...running].map((a) => a.result.then((outcome) => ({ a, outcome }))),
-        ...(hedgeAt !== undefined
-          ? [
-              new Promise<"hedge">(
-                (resolve) => (hedgeTimer = setTimeout(() => resolve("hedge"), Math.max(0, hedgeAt - Date.now()))),
-              ),
-            ]
-          : []),
-      ]);
-      if (hedgeTimer !== undefined) clearTimeout(hedgeTimer);
-      if (settled === "hedge") {
-        hedged = true;
-        const [primary] = running;
-        launch(true, primary!.endpoint.region) || launch(true);
-        continue;
-      }
-      const { a, outcome } = settled;
-      if (outcome.ok) {
-        // The winner: cancel the rest and relay.
-        running.delete(a);
-        for (const other of running) {
-          other.controller.abort(new Error("another attempt answered first"));
-          void other.result.then(() => end(other));
+  /** The attempt that answered first (its first token, or its whole answer). */
+  const decide = async (): Promise<Win> => {
+    try {
+      // The first attempt; a tab request may wait briefly for a slot.
+      while (!launch(false)) {
+        const now = Date.now();
+        const routable = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
+        if (routable.length === 0)
+          throw new ApiError("unavailable", `No backend of pool ${pool.name} is healthy right now.`, {
+            headers: { "Retry-After": String(Math.ceil(req.gateway.config.health.probeIntervalMs / 1000)) },
+          });
+        const wait = req.cls === "tab" ? req.gateway.config.tabQueueMs - (now - started) : 0;
+        if (wait <= 0 || !(await balancer.waitForSlot(wait, req.signal))) {
+          if (req.signal.aborted) throw new ApiError("unavailable", "The client went away.");
+          throw new ApiError(
+            "unavailable",
+            `The ${req.cls} class is being shed: pool ${pool.name}'s backends are at the share of capacity it may use.`,
+            { headers: { "Retry-After": "1" } },
+          );
         }
-        running.clear();
-        // A stream proves the endpoint healthy only when it completes.
-        if (outcome.kind === "json") balancer.succeeded(a.endpoint);
-        return respond(req, { a, outcome, release: () => end(a) }, usage, finish, resume);
       }
-      end(a);
-      lastFailure = outcome;
-      if (outcome.full) balancer.full(a.endpoint, Date.now());
-      if (outcome.unhealthy && !outcome.aborted) {
-        const until = balancer.failed(a.endpoint, Date.now(), peers(req));
-        if (until !== undefined) req.eject(a.endpoint.id, until);
-      }
-      if (outcome.aborted && req.signal.aborted) break;
-      if (!outcome.retryable && running.size === 0) break;
-    }
 
-    // Nothing answered.
-    for (const a of running) {
-      a.controller.abort(new Error("giving up"));
-      void a.result.then(() => end(a));
+      for (;;) {
+        if (running.size === 0) {
+          const canRetry = lastFailure?.retryable !== false && !req.signal.aborted;
+          if (!canRetry || !launch(true)) break;
+        }
+        const hedgeAt =
+          pool.hedgeAfterMs !== undefined && !hedged && running.size === 1 ? started + pool.hedgeAfterMs : undefined;
+        let hedgeTimer: ReturnType<typeof setTimeout> | undefined;
+        const settled = await Promise.race([
+          ...[...running].map((a) => a.result.then((outcome) => ({ a, outcome }))),
+          ...(hedgeAt !== undefined
+            ? [
+                new Promise<"hedge">(
+                  (resolve) => (hedgeTimer = setTimeout(() => resolve("hedge"), Math.max(0, hedgeAt - Date.now()))),
+                ),
+              ]
+            : []),
+        ]);
+        if (hedgeTimer !== undefined) clearTimeout(hedgeTimer);
+        if (settled === "hedge") {
+          hedged = true;
+          const [primary] = running;
+          launch(true, primary!.endpoint.region) || launch(true);
+          continue;
+        }
+        const { a, outcome } = settled;
+        if (outcome.ok) {
+          // The winner: cancel the rest and relay.
+          running.delete(a);
+          for (const other of running) {
+            other.controller.abort(new Error("another attempt answered first"));
+            void other.result.then(() => end(other));
+          }
+          running.clear();
+          // A stream proves the endpoint healthy only when it completes.
+          if (outcome.kind === "json") balancer.succeeded(a.endpoint);
+          return { a, outcome, release: () => end(a) };
+        }
+        end(a);
+        lastFailure = outcome;
+        if (outcome.full) balancer.full(a.endpoint, Date.now());
+        if (outcome.unhealthy && !outcome.aborted) {
+          const until = balancer.failed(a.endpoint, Date.now(), peers(req));
+          if (until !== undefined) req.eject(a.endpoint.id, until);
+        }
+        if (outcome.aborted && req.signal.aborted) break;
+        if (!outcome.retryable && running.size === 0) break;
+      }
+
+      // Nothing answered.
+      for (const a of running) {
+        a.controller.abort(new Error("giving up"));
+        void a.result.then(() => end(a));
+      }
+      running.clear();
+      if (req.signal.aborted) throw new ApiError("unavailable", "The request was cancelled.");
+      if (lastFailure && !lastFailure.retryable && lastFailure.status)
+        throw new ApiError("invalid_request", `The backend refused the request: ${lastFailure.detail}`);
+      if (!lastFailure)
+        throw new ApiError("unavailable", `No backend of pool ${pool.name} has room right now.`, {
+          headers: { "Retry-After": "1" },
+        });
+      throw new ApiError(
+        lastFailure.timeout ? "upstream_timeout" : "upstream_failure",
+        `No backend of pool ${pool.name} answered (${attempts} attempt${attempts === 1 ? "" : "s"}): ${lastFailure.detail}`,
+      );
+    } catch (err) {
+      finish({ outcome: req.signal.aborted ? "aborted" : "failed", usage });
+      throw err;
+    } finally {
+      req.signal.removeEventListener("abort", onClientAbort);
     }
-    running.clear();
-    if (req.signal.aborted) throw new ApiError("unavailable", "The request was cancelled.");
-    if (lastFailure && !lastFailure.retryable && lastFailure.status)
-      throw new ApiError("invalid_request", `The backend refused the request: ${lastFailure.detail}`);
-    if (!lastFailure)
-      throw new ApiError("unavailable", `No backend of pool ${pool.name} has room right now.`, {
-        headers: { "Retry-After": "1" },
-      });
-    throw new ApiError(
-      lastFailure.timeout ? "upstream_timeout" : "upstream_failure",
-      `No backend of pool ${pool.name} answered (${attempts} attempt${attempts === 1 ? "" : "s"}): ${lastFailure.detail}`,
-    );
-  } catch (err) {
-    finish({ outcome: req.signal.aborted ? "aborted" : "failed", usage });
-    throw err;
-  } finally {
-    req.signal.removeEventListener("abort", onClientAbort);
-  }
+  };
+
+  const decided = decide();
+  if (!req.stream) return respond(req, await decided, usage, finish, resume, local);
+  // Whichever comes first: a backend accepting the stream, or the decision (a refusal, typically).
+  const first = await Promise.race([
+    decided.then(
+      (win) => ({ win }),
+      (error: unknown) => ({ error }),
+    ),
+    accepted.then(() => undefined),
+  ]);
+  if (first && "error" in first) throw first.error;
+  return respond(req, first ? first.win : decided, usage, finish, resume, local);
+}
+
+/** The attempt that answered, and how to give its endpoint slot back. */
+interface Win {
+  a: Attempt;
+  outcome: StreamWin | JsonWin;
+  release: () => void;
 }
 
 /** A tab completion's body to continue after `sent` (the text already streamed, `tokens` events). */
@@ -461,8 +509,7 @@ interface RelayState {
 }
 
 /** Rewrites an event for the client: the public model name, usage captured and maybe dropped. */
-function relayEvent(req: ProxyRequest, data: string, usage: Usage, state: RelayState): string | null {
-  const value = JSON.parse(data) as Record<string, unknown>;
+function relayEvent(req: ProxyRequest, value: Record<string, unknown>, usage: Usage, state: RelayState): string | null {
   const reported = usageOf(value);
   if (reported) {
     state.promptTokens ??= Math.max(0, reported.promptTokens - (state.carried > 0 ? state.carried : 0));
@@ -492,92 +539,147 @@ function relayEvent(req: ProxyRequest, data: string, usage: Usage, state: RelayS
 
 function respond(
   req: ProxyRequest,
-  first: { a: Attempt; outcome: StreamWin | JsonWin; release: () => void },
+  decided: Win | Promise<Win>,
   usage: Usage,
   finish: (result: Finish) => void,
   resume: (sent: string, tokens: number, failedOn: Attempt) => Promise<Leg | undefined>,
+  local: AbortController,
 ): Response {
-  const headers = { "X-Sextant-Backend": first.a.endpoint.id, "X-Sextant-Region": first.a.endpoint.region };
-  if (first.outcome.kind === "json") {
-    const body = first.outcome.body;
+  if (!(decided instanceof Promise) && decided.outcome.kind === "json") {
+    const body = decided.outcome.body;
     const reported = usageOf(body);
     if (reported) Object.assign(usage, reported);
     if ("model" in body) body.model = req.publicModel;
-    first.release();
-    finish({ outcome: "completed", usage, endpoint: first.a.endpoint.id });
-    return Response.json(body, { headers });
+    decided.release();
+    finish({ outcome: "completed", usage, endpoint: decided.a.endpoint.id });
+    return Response.json(body, {
+      headers: { "X-Sextant-Backend": decided.a.endpoint.id, "X-Sextant-Region": decided.a.endpoint.region },
+    });
   }
+  const winner = Promise.resolve(decided);
+  // Settled by the first read; until then a refusal must not surface as an unhandled rejection.
+  winner.catch(() => {});
 
-  let leg: Leg = { ...first, outcome: first.outcome };
+  /** Which backend serves the stream, as an SSE comment (clients ignore comments). */
+  const served = (endpoint: ResolvedEndpoint) => `: backend=${endpoint.id} region=${endpoint.region}\n\n`;
+  let leg: Leg | undefined;
   const state: RelayState = { text: "", events: 0, carried: 0 };
   let closed = false;
   const close = (result: Finish) => {
     if (closed) return;
     closed = true;
-    leg.outcome.reader.cancel();
-    leg.a.controller.abort(new Error("stream over"));
+    if (!leg) {
+      // Still deciding: stop every attempt. A refusal is accounted by the decision itself; a win
+      // that arrives anyway is given back here.
+      local.abort(new Error("client went away"));
+      winner.then(
+        (win) => {
+          if (win.outcome.kind === "stream") win.outcome.reader.cancel();
+          win.a.controller.abort(new Error("client went away"));
+          win.release();
+          finish({ outcome: "aborted", usage, endpoint: win.a.endpoint.id });
+        },
+        () => {},
+      );
+      return;
+    }
+    leg.outcome.reader.close(req.waitUntil);
+    if (result.outcome !== "completed") leg.a.controller.abort(new Error("stream over"));
     if (!usage.completionTokens) usage.completionTokens = state.events;
     leg.release();
     finish(result);
   };
   const gapMs = req.pool.timeouts.gapMs;
   const deadline = Date.now() + req.pool.timeouts.deadlineMs;
-  const onAbort = () => close({ outcome: "aborted", usage, endpoint: leg.a.endpoint.id });
+  const onAbort = () => close({ outcome: "aborted", usage, endpoint: leg?.a.endpoint.id });
   req.signal.addEventListener("abort", onAbort, { once: true });
 
+  /** Waits for the attempt that wins, and sends its first token; or the error when none did. */
+  const begin = async (send: (text: string) => void): Promise<boolean> => {
+    let win: Win;
+    try {
+      win = await winner;
+    } catch (err) {
+      if (closed) return false;
+      closed = true;
+      const error = err instanceof ApiError ? err : undefined;
+      send(errorEvent(error?.code ?? "upstream_failure", error?.detail ?? String(err), req.requestId));
+      return false;
+    }
+    if (closed) return false;
+    leg = { a: win.a, outcome: win.outcome as StreamWin, release: win.release };
+    send(served(win.a.endpoint));
+    const opening = relayEvent(req, leg.outcome.first, usage, state);
+    if (opening) send(opening);
+    return true;
+  };
+
   /** A leg broke after its first token: resume elsewhere (tab), or end with an explicit error event. */
-  const broke = async (code: "upstream_failure" | "upstream_timeout", detail: string): Promise<boolean> => {
-    const until = req.balancer.failed(leg.a.endpoint, Date.now(), peers(req));
-    if (until !== undefined) req.eject(leg.a.endpoint.id, until);
-    leg.outcome.reader.cancel();
-    leg.a.controller.abort(new Error(detail));
-    const failed = leg;
+  const broke = async (
+    code: "upstream_failure" | "upstream_timeout",
+    detail: string,
+    emit: (text: string) => void,
+  ): Promise<boolean> => {
+    const failed = leg!;
+    const until = req.balancer.failed(failed.a.endpoint, Date.now(), peers(req));
+    if (until !== undefined) req.eject(failed.a.endpoint.id, until);
+    failed.outcome.reader.cancel();
+    failed.a.controller.abort(new Error(detail));
     const next = await resume(state.text, state.events, failed.a);
     failed.release();
     if (next && !closed) {
       leg = next;
       state.carried = state.events;
-      const out = relayEvent(req, next.outcome.first.data, usage, state);
-      if (out) await writer.write(encoder.encode(out));
+      emit(served(next.a.endpoint));
+      const out = relayEvent(req, next.outcome.first, usage, state);
+      if (out) emit(out);
       return true;
     }
     if (next) next.release();
     leg = { ...failed, release: () => {} };
-    await writer.write(encoder.encode(errorEvent(code, `${detail} The stream is incomplete.`, req.requestId)));
-    await writer.close();
+    emit(errorEvent(code, `${detail} The stream is incomplete.`, req.requestId));
     close({ outcome: "failed", usage, endpoint: failed.a.endpoint.id });
     return false;
   };
 
-  // The relay runs as its own task (kept alive by waitUntil) writing into a TransformStream:
-  // each event goes out as soon as it arrives, and a client that stops reading holds it back.
-  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
-  const writer = writable.getWriter();
-  const relay = async () => {
-    const opening = relayEvent(req, leg.outcome.first.data, usage, state);
-    if (opening) await writer.write(encoder.encode(opening));
+  /**
+   * Relays what the backend has sent since the last call: one batch of events, the end, or an
+   * error event. False once the stream is over.
+   */
+  const step = async (send: (text: string) => void): Promise<boolean> => {
+    let emitted = false;
+    const emit = (text: string) => {
+      emitted = true;
+      send(text);
+    };
     for (;;) {
-      if (closed) return;
+      if (closed || !leg) return false;
       let item = await leg.outcome.reader.next(Math.min(gapMs, Math.max(0, deadline - Date.now())));
-      if (closed) return;
+      if (closed) return false;
+      const { a, outcome } = leg;
       let out = "";
       let problem: string | undefined;
       while (item.type === "event") {
-        problem = eventError(item.data);
-        if (problem !== undefined) break;
-        out += relayEvent(req, item.data, usage, state) ?? "";
-        const more = leg.outcome.reader.shift();
+        const parsed = parseEvent(item.data);
+        if ("error" in parsed) {
+          problem = parsed.error;
+          break;
+        }
+        out += relayEvent(req, parsed.value, usage, state) ?? "";
+        const more = outcome.reader.shift();
         if (!more) break;
         item = more;
       }
-      if (out) await writer.write(encoder.encode(out));
-      if (item.type === "event" && problem === undefined) continue;
+      if (out) emit(out);
+      if (item.type === "event" && problem === undefined) {
+        if (emitted) return true;
+        continue;
+      }
       if (item.type === "end" && item.done) {
-        await writer.write(encoder.encode("data: [DONE]\n\n"));
-        await writer.close();
-        req.balancer.succeeded(leg.a.endpoint);
-        close({ outcome: "completed", usage, endpoint: leg.a.endpoint.id });
-        return;
+        emit("data: [DONE]\n\n");
+        req.balancer.succeeded(a.endpoint);
+        close({ outcome: "completed", usage, endpoint: a.endpoint.id });
+        return false;
       }
       const [code, detail]: ["upstream_failure" | "upstream_timeout", string] =
         problem !== undefined
@@ -587,19 +689,75 @@ function respond(
             : item.type === "end"
               ? ["upstream_failure", "The backend ended the stream early."]
               : ["upstream_failure", `${(item as { message: string }).message}.`];
-      if (!(await broke(code, detail))) return;
+      if (!(await broke(code, detail, emit))) return false;
+      if (emitted) return true;
     }
   };
-  req.waitUntil(
-    relay().catch(() => {
-      // The client went away: writes fail once nobody reads.
-      onAbort();
-      writer.abort().catch(() => {});
-    }),
+
+  // The client's reads drive the relay: each read waits for the backend's next events and passes
+  // them on as they arrive, a client that stops reading holds the backend back, and one that goes
+  // away cancels the stream, which cancels the backend's request at once.
+  let lastSent = Date.now();
+  let heartbeat: ReturnType<typeof setTimeout> | undefined;
+  let out: ReadableStreamDefaultController<Uint8Array> | undefined;
+  const beat = () => {
+    heartbeat = undefined;
+    if (closed && leg) return;
+    const idle = Date.now() - lastSent;
+    if (idle >= HEARTBEAT_MS) {
+      try {
+        out?.enqueue(HEARTBEAT);
+      } catch {
+        return; // Closed or cancelled.
+      }
+      lastSent = Date.now();
+    }
+    heartbeat = setTimeout(beat, Math.max(1, HEARTBEAT_MS - (Date.now() - lastSent)));
+  };
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        out = controller;
+        heartbeat = setTimeout(beat, HEARTBEAT_MS);
+      },
+      async pull(controller) {
+        const send = (text: string) => {
+          controller.enqueue(encoder.encode(text));
+          lastSent = Date.now();
+        };
+        let more = false;
+        try {
+          more = leg ? await step(send) : await begin(send);
+        } catch (err) {
+          // Not expected: end the stream with an explicit error rather than a silent truncation.
+          const detail = `The stream failed at the edge: ${err instanceof Error ? err.message : String(err)}.`;
+          try {
+            send(errorEvent("upstream_failure", detail, req.requestId));
+          } catch {
+            // Already cancelled.
+          }
+          close({ outcome: "failed", usage, endpoint: leg?.a.endpoint.id });
+        }
+        if (!more) {
+          if (heartbeat !== undefined) clearTimeout(heartbeat);
+          heartbeat = undefined;
+          try {
+            controller.close();
+          } catch {
+            // Cancelled by the client.
+          }
+        }
+      },
+      cancel() {
+        if (heartbeat !== undefined) clearTimeout(heartbeat);
+        heartbeat = undefined;
+        onAbort();
+      },
+    },
+    { highWaterMark: 0 },
   );
-  return new Response(readable, {
+  return new Response(body, {
     headers: {
-      ...headers,
       "Content-Type": "text/event-stream; charset=utf-8",
       "Cache-Control": "no-cache",
       "X-Accel-Buffering": "no",

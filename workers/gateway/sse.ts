@@ -19,7 +19,12 @@ export class SseReader {
   private readonly decoder = new TextDecoder();
   private readonly parser: EventSourceParser;
   private readonly queue: SseItem[] = [];
-  private pending: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
+  /** When the current wait times out, and the timer that enforces it. */
+  private deadline = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = 0;
+  private reading = false;
+  private timedOut = false;
   private finished = false;
   private sawDone = false;
   private parseError: string | undefined;
@@ -32,7 +37,9 @@ export class SseReader {
           this.sawDone = true;
           return;
         }
-        this.queue.push({ type: "event", data: event.data, ...(event.event ? { event: event.event } : {}) });
+        this.queue.push(
+          event.event ? { type: "event", data: event.data, event: event.event } : { type: "event", data: event.data },
+        );
       },
       onError: (error) => {
         this.parseError ??= error.message;
@@ -46,41 +53,102 @@ export class SseReader {
     return this.queue.shift();
   }
 
-  /** The next event, the end, a parse error, or a timeout after `timeoutMs` of silence. */
+  /**
+   * The next event, the end, a parse error, or a timeout after `timeoutMs` of silence. A timeout
+   * ends the stream (the caller gives up on it). One timer per reader serves every wait: it is
+   * re-armed only when it fires before the current deadline, so tokens arriving faster than the
+   * timeout cost no timer work, and a read is never raced against a promise of its own.
+   */
   async next(timeoutMs: number): Promise<SseItem> {
-    const deadline = Date.now() + timeoutMs;
+    this.deadline = Date.now() + timeoutMs;
     for (;;) {
       const queued = this.queue.shift();
       if (queued) return queued;
+      if (this.timedOut) return { type: "timeout" };
       if (this.parseError) return { type: "error", message: `malformed event stream: ${this.parseError}` };
-      if (this.finished) return { type: "end", done: this.sawDone };
-      const remaining = deadline - Date.now();
-      if (remaining <= 0) return { type: "timeout" };
-      if (!this.pending) {
-        this.pending = this.reader.read();
-        // A read still pending when the stream is cancelled rejects with nobody awaiting it.
-        this.pending.catch(() => {});
+      // `[DONE]` ends the answer; the body's own end may come a moment later (see `close`).
+      if (this.finished || this.sawDone) return { type: "end", done: this.sawDone };
+      if (this.deadline - Date.now() <= 0) return this.timeout();
+      this.arm();
+      let result: ReadableStreamReadResult<Uint8Array>;
+      this.reading = true;
+      try {
+        result = await this.reader.read();
+      } catch (err) {
+        if (this.timedOut) return { type: "timeout" };
+        this.finish();
+        return {
+          type: "error",
+          message: `the backend's stream broke: ${err instanceof Error ? err.message : String(err)}`,
+        };
+      } finally {
+        this.reading = false;
       }
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const result = await Promise.race([
-        this.pending,
-        new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), remaining))),
-      ]).catch((err: unknown) => ({ error: err instanceof Error ? err.message : String(err) }));
-      if (timer !== undefined) clearTimeout(timer);
-      if (result === "timeout") return { type: "timeout" };
-      this.pending = undefined;
-      if ("error" in result) return { type: "error", message: `the backend's stream broke: ${result.error}` };
+      if (this.timedOut) return { type: "timeout" };
       if (result.done) {
         this.parser.feed(this.decoder.decode());
-        this.finished = true;
+        this.finish();
         continue;
       }
       this.parser.feed(this.decoder.decode(result.value, { stream: true }));
     }
   }
 
-  cancel(reason?: unknown): void {
+  /** Makes sure the timer fires no later than the current deadline. */
+  private arm(): void {
+    if (this.timer !== undefined && this.timerAt <= this.deadline) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timerAt = this.deadline;
+    this.timer = setTimeout(this.fire, Math.max(0, this.deadline - Date.now()));
+  }
+
+  private readonly fire = () => {
+    this.timer = undefined;
+    if (this.finished) return;
+    if (this.deadline - Date.now() > 0) {
+      if (this.reading) this.arm();
+      return;
+    }
+    // A read waiting past its deadline: cancelling the stream ends it, and `next` reports the timeout.
+    if (this.reading) this.timeout();
+  };
+
+  private timeout(): SseItem {
+    this.timedOut = true;
+    this.cancel(new Error("timed out"));
+    return { type: "timeout" };
+  }
+
+  private finish(): void {
     this.finished = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /**
+   * Done with the stream. After `[DONE]` the rest of the body is read to its end in the background
+   * (kept alive by `waitUntil`, for a second at most), so the connection to the backend can serve
+   * its next request;
+   * otherwise the stream is cancelled, which closes the connection.
+   */
+  close(waitUntil: (promise: Promise<unknown>) => void): void {
+    if (!this.sawDone || this.finished || this.timedOut) return this.cancel();
+    this.finish();
+    waitUntil(
+      (async () => {
+        // A backend that keeps the body open after `[DONE]` gets a second, then the stream is cancelled.
+        const timer = setTimeout(() => this.reader.cancel().catch(() => {}), 1_000);
+        try {
+          while (!(await this.reader.read()).done);
+        } finally {
+          clearTimeout(timer);
+        }
+      })().catch(() => {}),
+    );
+  }
+
+  cancel(reason?: unknown): void {
+    this.finish();
     this.reader.cancel(reason).catch(() => {});
   }
 }

@@ -1,0 +1,97 @@
+/**
+ * The local edge without `wrangler dev`: the Worker bundle that `wrangler deploy` would upload, run
+ * by Miniflare (the same workerd, D1, R2 and SQLite-backed Durable Objects that `wrangler dev`
+ * runs) with the bindings `wrangler.toml` and `.dev.vars` declare, and state in wrangler's local
+ * layout, so `wrangler d1 migrations apply --local --persist-to` and `wrangler dev` see the same
+ * data. What it leaves out is `wrangler dev`'s own machinery: the proxy worker every request crosses,
+ * the inspector that reports every chunk to Node, and reload on save (`npm run dev` keeps those).
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+
+export interface EdgeOptions {
+  host: string;
+  port: number;
+  /** wrangler's `--persist-to`: state lives under `<persistTo>/v3`, as `wrangler dev` keeps it. */
+  persistTo: string;
+  /** Replace or add `[vars]` entries (and `.dev.vars` secrets). */
+  vars?: Record<string, string>;
+  /**
+   * A line per request on the console. Off by default: Miniflare sends each line to Node as an
+   * HTTP request of its own, which costs every request more than the gateway's own work.
+   */
+  logRequests?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface Edge {
+  url: URL;
+  dispose(): Promise<void>;
+}
+
+/** `wrangler deploy --dry-run`: the exact bundle a deployment uploads, into a fresh directory. */
+function bundle(env: NodeJS.ProcessEnv): { dir: string; script: string; cleanup(): void } {
+  const outdir = mkdtempSync(join(tmpdir(), "sextant-edge-"));
+  const result = spawnSync("npx", ["wrangler", "deploy", "--dry-run", "--outdir", outdir], {
+    stdio: ["ignore", "ignore", "pipe"],
+    encoding: "utf8",
+    env,
+  });
+  if (result.status !== 0) throw new Error(`Bundling the Worker failed:\n${result.stderr}`);
+  return {
+    dir: outdir,
+    script: join(outdir, "index.js"),
+    cleanup: () => rmSync(outdir, { recursive: true, force: true }),
+  };
+}
+
+export async function startEdge(options: EdgeOptions): Promise<Edge> {
+  const env = options.env ?? process.env;
+  const { dir, script, cleanup } = bundle(env);
+  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  const state = join(options.persistTo, "v3");
+  const mf = new Miniflare({
+    ...workerOptions,
+    name: "sextant",
+    modules: true,
+    scriptPath: script,
+    modulesRoot: dir,
+    bindings: { ...workerOptions.bindings, ...options.vars },
+    // Requests reach the Worker on its own socket rather than through Miniflare's entry worker: one
+    // hop less for every request, and a client that disconnects aborts `request.signal` at once
+    // (through the entry worker, the Worker only learns of it at its next write). What the entry
+    // worker would add: `request.cf` (the gateway then routes from its default location) and
+    // `CF-Connecting-IP` (so limits per network do not apply to local traffic).
+    host: "127.0.0.1",
+    port: 0,
+    unsafeDirectSockets: [{ host: options.host, port: options.port }],
+    d1Persist: join(state, "d1"),
+    r2Persist: join(state, "r2"),
+    durableObjectsPersist: join(state, "do"),
+    kvPersist: join(state, "kv"),
+    cachePersist: join(state, "cache"),
+    // Outbound requests go straight out, not through a worker that strips `CF-Connecting-IP`: the
+    // Worker builds every upstream request's headers itself and forwards none of the client's.
+    stripCfConnectingIp: false,
+    log: new Log(LogLevel.INFO),
+    logRequests: options.logRequests ?? false,
+  });
+  try {
+    await mf.ready;
+    return {
+      url: new URL(`http://${options.host}:${options.port}`),
+      dispose: async () => {
+        await mf.dispose();
+        cleanup();
+      },
+    };
+  } catch (err) {
+    await mf.dispose().catch(() => {});
+    cleanup();
+    throw err;
+  }
+}
