@@ -12,7 +12,10 @@
  * and the simulator.
  */
 import { pathToFileURL } from "node:url";
+import { Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { z } from "zod";
+import { freePort } from "../test/support/local-edge.js";
 import { renderFim } from "../workers/gateway/prompts.js";
 import {
   VIRGINIA,
@@ -162,31 +165,61 @@ export interface OverheadFigures {
    * `GET /health` against the edge's `GET /healthz`, which runs no gateway code.
    */
   floor: PairedRun[];
+  /**
+   * The same streamed completions through a Worker that only forwards them (`bench/workers/forward.js`,
+   * run the way `npm start` runs the edge): what any Worker in front of the backend costs here.
+   */
+  forward: PairedRun[];
+}
+
+const FORWARD_WORKER = new URL("./workers/forward.js", import.meta.url).pathname;
+
+/** The forwarding Worker in its own workerd, on its own socket, as `scripts/edge.ts` runs the edge. */
+async function startForwarder(upstream: string): Promise<{ url: string; stop(): Promise<void> }> {
+  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  const port = await freePort();
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath: FORWARD_WORKER,
+    compatibilityDate: workerOptions.compatibilityDate,
+    compatibilityFlags: workerOptions.compatibilityFlags,
+    bindings: { UPSTREAM: upstream },
+    host: "127.0.0.1",
+    port: 0,
+    unsafeDirectSockets: [{ host: "127.0.0.1", port }],
+    stripCfConnectingIp: false,
+  });
+  await mf.ready;
+  return { url: `http://127.0.0.1:${port}`, stop: () => mf.dispose() };
 }
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
 
-function sides(gw: BenchGateway): Record<"stream" | "floor", { direct: Side; edge: Side }> {
+function sides(
+  gw: BenchGateway,
+  forwarder: string,
+): Record<"stream" | "floor" | "forward", { direct: Side; edge: Side }> {
   const streamed = (response: Response, text: string) =>
     response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
   const json = { "content-type": "application/json" };
+  const direct: Side = {
+    url: `${gw.backends.url(BACKEND)}/completions`,
+    // What the edge sends upstream for the same request: the FIM prompt, usage asked for.
+    init: {
+      method: "POST",
+      headers: json,
+      body: JSON.stringify({
+        ...renderFim({ model: "sim-model", prompt: PROMPT, suffix: SUFFIX }, "qwen2.5-coder"),
+        max_tokens: TOKENS,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    },
+    complete: streamed,
+  };
   return {
     stream: {
-      direct: {
-        url: `${gw.backends.url(BACKEND)}/completions`,
-        // What the edge sends upstream for the same request: the FIM prompt, usage asked for.
-        init: {
-          method: "POST",
-          headers: json,
-          body: JSON.stringify({
-            ...renderFim({ model: "sim-model", prompt: PROMPT, suffix: SUFFIX }, "qwen2.5-coder"),
-            max_tokens: TOKENS,
-            stream: true,
-            stream_options: { include_usage: true },
-          }),
-        },
-        complete: streamed,
-      },
+      direct,
       edge: {
         url: `${gw.baseURL}/v1/completions`,
         init: {
@@ -201,6 +234,8 @@ function sides(gw: BenchGateway): Record<"stream" | "floor", { direct: Side; edg
       direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: (r) => r.ok },
       edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: (r) => r.ok },
     },
+    // The same request as the direct one, through the forwarding Worker.
+    forward: { direct, edge: { ...direct, url: `${forwarder}/v1/completions` } },
   };
 }
 
@@ -253,25 +288,36 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
   const streams = options.streams ?? 200;
   const pairsPerStream = options.pairsPerStream ?? 5;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
-    const { stream, floor } = sides(gw);
-    const runs: PairedRun[] = [];
-    const floors: PairedRun[] = [];
-    await measure(stream, 1, Math.min(30, serialPairs));
-    const cpu = () => gw.edgeCpuSeconds();
-    runs.push(await measure(stream, 1, serialPairs, cpu));
-    floors.push(await measure(floor, 1, serialPairs, cpu));
-    // One pair per stream first: opens every connection before anything is measured.
-    await measure(stream, streams, 1);
-    runs.push(await measure(stream, streams, pairsPerStream, cpu));
-    floors.push(await measure(floor, streams, pairsPerStream, cpu));
-    return {
-      simulator: gw.backends.mode,
-      tokens: TOKENS,
-      ttftMs: TTFT_MS,
-      tokensPerSecond: TOKENS_PER_SECOND,
-      runs,
-      floor: floors,
-    };
+    const forwarder = await startForwarder(gw.backends.url(BACKEND));
+    try {
+      const { stream, floor, forward } = sides(gw, forwarder.url);
+      const runs: PairedRun[] = [];
+      const floors: PairedRun[] = [];
+      const forwards: PairedRun[] = [];
+      await measure(stream, 1, Math.min(30, serialPairs));
+      await measure(forward, 1, Math.min(30, serialPairs));
+      const cpu = () => gw.edgeCpuSeconds();
+      runs.push(await measure(stream, 1, serialPairs, cpu));
+      forwards.push(await measure(forward, 1, serialPairs));
+      floors.push(await measure(floor, 1, serialPairs, cpu));
+      // One pair per stream first: opens every connection before anything is measured.
+      await measure(stream, streams, 1);
+      runs.push(await measure(stream, streams, pairsPerStream, cpu));
+      await measure(forward, streams, 1);
+      forwards.push(await measure(forward, streams, pairsPerStream));
+      floors.push(await measure(floor, streams, pairsPerStream, cpu));
+      return {
+        simulator: gw.backends.mode,
+        tokens: TOKENS,
+        ttftMs: TTFT_MS,
+        tokensPerSecond: TOKENS_PER_SECOND,
+        runs,
+        floor: floors,
+        forward: forwards,
+      };
+    } finally {
+      await forwarder.stop();
+    }
   });
 }
 
@@ -286,6 +332,9 @@ export function reportOverhead(f: OverheadFigures): string {
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
     "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | edge CPU ms/request",
     ...f.runs.map((r) => row(r, true)),
+    "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams, ms, p50 / p99",
+    "streams  pairs failed | ttft: direct      forward      added       | total: direct     forward      added       |",
+    ...f.forward.map((r) => row(r, true)),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
     "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
@@ -296,11 +345,15 @@ export function reportOverhead(f: OverheadFigures): string {
     const p50 = Math.max(r.added.total.p50, r.added.ttft.p50);
     const p99 = Math.max(r.added.total.p99, r.added.ttft.p99);
     const floor = f.floor.find((x) => x.streams === r.streams);
+    const forward = f.forward.find((x) => x.streams === r.streams);
     lines.push(
       `target at ${r.streams} stream${r.streams === 1 ? "" : "s"}: added p50 ${fmt(p50)} ms < ${OVERHEAD_TARGETS.p50} ms ${verdict(p50 < OVERHEAD_TARGETS.p50)}; ` +
         `added p99 ${fmt(p99)} ms < ${OVERHEAD_TARGETS.p99} ms ${verdict(p99 < OVERHEAD_TARGETS.p99)} (worse of ttft and total)` +
         (floor
           ? `; the floor alone adds p50 ${fmt(floor.added.total.p50)} ms, p99 ${fmt(floor.added.total.p99)} ms`
+          : "") +
+        (forward
+          ? `; a Worker that only forwards adds p50 ${fmt(Math.max(forward.added.total.p50, forward.added.ttft.p50))} ms, p99 ${fmt(Math.max(forward.added.total.p99, forward.added.ttft.p99))} ms`
           : ""),
     );
   }
