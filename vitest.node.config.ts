@@ -5,7 +5,12 @@ export default defineConfig({
   test: {
     name: "node",
     environment: "node",
-    include: ["test/client/**/*.test.ts", "test/e2e/**/*.test.ts", "test/simulator/**/*.test.ts"],
+    include: [
+      "test/client/**/*.test.ts",
+      "test/e2e/**/*.test.ts",
+      "test/simulator/**/*.test.ts",
+      "test/gpu-backends/**/*.test.ts",
+    ],
     testTimeout: 30_000,
     hookTimeout: 120_000,
   },
