@@ -69,6 +69,8 @@ export async function startEdge(options: EdgeOptions): Promise<Edge> {
     host: "127.0.0.1",
     port: 0,
     unsafeDirectSockets: [{ host: options.host, port: options.port }],
+    // Nothing on the Worker's own socket carries `request.cf`: no need to fetch Cloudflare's sample.
+    cf: false,
     d1Persist: join(state, "d1"),
     r2Persist: join(state, "r2"),
     durableObjectsPersist: join(state, "do"),

@@ -702,7 +702,7 @@ function respond(
   let out: ReadableStreamDefaultController<Uint8Array> | undefined;
   const beat = () => {
     heartbeat = undefined;
-    if (closed && leg) return;
+    if (closed) return;
     const idle = Date.now() - lastSent;
     if (idle >= HEARTBEAT_MS) {
       try {
