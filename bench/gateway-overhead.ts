@@ -12,9 +12,9 @@
  * and the simulator.
  */
 import { pathToFileURL } from "node:url";
-import { Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { z } from "zod";
+import { serveWorker } from "../scripts/edge.js";
 import { freePort } from "../test/support/local-edge.js";
 import { renderFim } from "../workers/gateway/prompts.js";
 import {
@@ -174,23 +174,20 @@ export interface OverheadFigures {
 
 const FORWARD_WORKER = new URL("./workers/forward.js", import.meta.url).pathname;
 
-/** The forwarding Worker in its own workerd, on its own socket, as `scripts/edge.ts` runs the edge. */
+/** The forwarding Worker in its own workerd, served as `npm start` serves the edge. */
 async function startForwarder(upstream: string): Promise<{ url: string; stop(): Promise<void> }> {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
-  const port = await freePort();
-  const mf = new Miniflare({
-    modules: true,
-    scriptPath: FORWARD_WORKER,
-    compatibilityDate: workerOptions.compatibilityDate,
-    compatibilityFlags: workerOptions.compatibilityFlags,
-    bindings: { UPSTREAM: upstream },
-    host: "127.0.0.1",
-    port: 0,
-    unsafeDirectSockets: [{ host: "127.0.0.1", port }],
-    stripCfConnectingIp: false,
-  });
-  await mf.ready;
-  return { url: `http://127.0.0.1:${port}`, stop: () => mf.dispose() };
+  const forwarder = await serveWorker(
+    {
+      modules: true,
+      scriptPath: FORWARD_WORKER,
+      compatibilityDate: workerOptions.compatibilityDate,
+      compatibilityFlags: workerOptions.compatibilityFlags,
+      bindings: { UPSTREAM: upstream },
+    },
+    { host: "127.0.0.1", port: await freePort() },
+  );
+  return { url: forwarder.url.origin, stop: () => forwarder.dispose() };
 }
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
@@ -331,6 +328,7 @@ export function reportOverhead(f: OverheadFigures): string {
   const lines = [
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
     "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | edge CPU ms/request",
+    "(edge CPU: all the edge's processes used during the run over its requests, idle work such as probes included, so it is high when requests are few)",
     ...f.runs.map((r) => row(r, true)),
     "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams, ms, p50 / p99",
     "streams  pairs failed | ttft: direct      forward      added       | total: direct     forward      added       |",

@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 
 export interface EdgeOptions {
@@ -49,51 +49,62 @@ function bundle(env: NodeJS.ProcessEnv): { dir: string; script: string; cleanup(
   };
 }
 
-export async function startEdge(options: EdgeOptions): Promise<Edge> {
-  const env = options.env ?? process.env;
-  const { dir, script, cleanup } = bundle(env);
-  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
-  const state = join(options.persistTo, "v3");
+/**
+ * Serves one Worker the way the local edge is served: on its own socket (rather than through
+ * Miniflare's entry worker, one hop less for every request), with outbound requests going straight
+ * out. What the entry worker would add is `request.cf` (the gateway then routes from its default
+ * location) and `CF-Connecting-IP` (so limits per network do not apply to local traffic). A
+ * client's disconnect is noticed at the Worker's next write either way.
+ */
+export async function serveWorker(
+  worker: MiniflareOptions,
+  options: { host: string; port: number; logRequests?: boolean; onDispose?: () => void },
+): Promise<Edge> {
   const mf = new Miniflare({
-    ...workerOptions,
-    name: "sextant",
-    modules: true,
-    scriptPath: script,
-    modulesRoot: dir,
-    bindings: { ...workerOptions.bindings, ...options.vars },
-    // Requests reach the Worker on its own socket rather than through Miniflare's entry worker: one
-    // hop less for every request, and a client that disconnects aborts `request.signal` at once
-    // (through the entry worker, the Worker only learns of it at its next write). What the entry
-    // worker would add: `request.cf` (the gateway then routes from its default location) and
-    // `CF-Connecting-IP` (so limits per network do not apply to local traffic).
+    ...worker,
     host: "127.0.0.1",
     port: 0,
     unsafeDirectSockets: [{ host: options.host, port: options.port }],
     // Nothing on the Worker's own socket carries `request.cf`: no need to fetch Cloudflare's sample.
     cf: false,
-    d1Persist: join(state, "d1"),
-    r2Persist: join(state, "r2"),
-    durableObjectsPersist: join(state, "do"),
-    kvPersist: join(state, "kv"),
-    cachePersist: join(state, "cache"),
-    // Outbound requests go straight out, not through a worker that strips `CF-Connecting-IP`: the
-    // Worker builds every upstream request's headers itself and forwards none of the client's.
+    // Not through a worker that strips `CF-Connecting-IP`: the Workers served here build every
+    // upstream request's headers themselves and forward none of the client's.
     stripCfConnectingIp: false,
     log: new Log(LogLevel.INFO),
     logRequests: options.logRequests ?? false,
-  });
+  } as MiniflareOptions);
+  const dispose = async () => {
+    await mf.dispose().catch(() => {});
+    options.onDispose?.();
+  };
   try {
     await mf.ready;
-    return {
-      url: new URL(`http://${options.host}:${options.port}`),
-      dispose: async () => {
-        await mf.dispose();
-        cleanup();
-      },
-    };
   } catch (err) {
-    await mf.dispose().catch(() => {});
-    cleanup();
+    await dispose();
     throw err;
   }
+  return { url: new URL(`http://${options.host}:${options.port}`), dispose };
+}
+
+export async function startEdge(options: EdgeOptions): Promise<Edge> {
+  const env = options.env ?? process.env;
+  const { dir, script, cleanup } = bundle(env);
+  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  const state = join(options.persistTo, "v3");
+  return serveWorker(
+    {
+      ...workerOptions,
+      name: "sextant",
+      modules: true,
+      scriptPath: script,
+      modulesRoot: dir,
+      bindings: { ...workerOptions.bindings, ...options.vars },
+      d1Persist: join(state, "d1"),
+      r2Persist: join(state, "r2"),
+      durableObjectsPersist: join(state, "do"),
+      kvPersist: join(state, "kv"),
+      cachePersist: join(state, "cache"),
+    } as MiniflareOptions,
+    { host: options.host, port: options.port, logRequests: options.logRequests, onDispose: cleanup },
+  );
 }

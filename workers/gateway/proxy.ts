@@ -459,17 +459,17 @@ export async function proxy(given: ProxyRequest): Promise<Response> {
   };
 
   const decided = decide();
-  if (!req.stream) return respond(req, await decided, usage, finish, resume, local);
+  if (!req.stream) return answer(req, await decided, usage, finish);
   // Whichever comes first: a backend accepting the stream, or the decision (a refusal, typically).
-  const first = await Promise.race([
+  const refused = await Promise.race([
     decided.then(
-      (win) => ({ win }),
+      () => undefined,
       (error: unknown) => ({ error }),
     ),
     accepted.then(() => undefined),
   ]);
-  if (first && "error" in first) throw first.error;
-  return respond(req, first ? first.win : decided, usage, finish, resume, local);
+  if (refused) throw refused.error;
+  return relay(req, decided, usage, finish, resume, local);
 }
 
 /** The attempt that answered, and how to give its endpoint slot back. */
@@ -537,26 +537,32 @@ function relayEvent(req: ProxyRequest, value: Record<string, unknown>, usage: Us
   return `data: ${JSON.stringify(value)}\n\n`;
 }
 
-function respond(
+/** A whole (non-streamed) answer, with the public model name and the backend that gave it. */
+function answer(req: ProxyRequest, win: Win, usage: Usage, finish: (result: Finish) => void): Response {
+  if (win.outcome.kind !== "json") throw new Error("a stream where a whole answer was expected");
+  const body = win.outcome.body;
+  const reported = usageOf(body);
+  if (reported) Object.assign(usage, reported);
+  if ("model" in body) body.model = req.publicModel;
+  win.release();
+  finish({ outcome: "completed", usage, endpoint: win.a.endpoint.id });
+  return Response.json(body, {
+    headers: { "X-Sextant-Backend": win.a.endpoint.id, "X-Sextant-Region": win.a.endpoint.region },
+  });
+}
+
+/**
+ * The streamed response, begun once a backend has accepted the request: it waits for the attempt
+ * that wins (`winner`) and relays its events, or sends the error when none did.
+ */
+function relay(
   req: ProxyRequest,
-  decided: Win | Promise<Win>,
+  winner: Promise<Win>,
   usage: Usage,
   finish: (result: Finish) => void,
   resume: (sent: string, tokens: number, failedOn: Attempt) => Promise<Leg | undefined>,
   local: AbortController,
 ): Response {
-  if (!(decided instanceof Promise) && decided.outcome.kind === "json") {
-    const body = decided.outcome.body;
-    const reported = usageOf(body);
-    if (reported) Object.assign(usage, reported);
-    if ("model" in body) body.model = req.publicModel;
-    decided.release();
-    finish({ outcome: "completed", usage, endpoint: decided.a.endpoint.id });
-    return Response.json(body, {
-      headers: { "X-Sextant-Backend": decided.a.endpoint.id, "X-Sextant-Region": decided.a.endpoint.region },
-    });
-  }
-  const winner = Promise.resolve(decided);
   // Settled by the first read; until then a refusal must not surface as an unhandled rejection.
   winner.catch(() => {});
 
