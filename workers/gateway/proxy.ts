@@ -595,6 +595,8 @@ function relay(
     leg.release();
     finish(result);
   };
+  /** Set once the backend's answer is whole; run after the client has been sent its end. */
+  let completed: (() => void) | undefined;
   const gapMs = req.pool.timeouts.gapMs;
   const deadline = Date.now() + req.pool.timeouts.deadlineMs;
   const onAbort = () => close({ outcome: "aborted", usage, endpoint: leg?.a.endpoint.id });
@@ -683,8 +685,11 @@ function relay(
       }
       if (item.type === "end" && item.done) {
         emit("data: [DONE]\n\n");
-        req.balancer.succeeded(a.endpoint);
-        close({ outcome: "completed", usage, endpoint: a.endpoint.id });
+        // The answer is whole: its last bytes go out first, the bookkeeping after them.
+        completed = () => {
+          req.balancer.succeeded(a.endpoint);
+          close({ outcome: "completed", usage, endpoint: a.endpoint.id });
+        };
         return false;
       }
       const [code, detail]: ["upstream_failure" | "upstream_timeout", string] =
@@ -747,11 +752,13 @@ function relay(
     }
     stopHeartbeat();
     await writer.close();
+    completed?.();
   };
   req.waitUntil(
     pump().catch(() => {
-      // The client went away mid-write.
+      // The client went away mid-write (if the answer was whole, it still counts as completed).
       stopHeartbeat();
+      completed?.();
       onAbort();
     }),
   );
