@@ -9,7 +9,9 @@
  *
  * Both sides use the same client: `fetch` reading the body as it streams. The edge is `npm start`'s
  * (the deployable bundle in Miniflare's workerd) on this machine, sharing its cores with the client
- * and the simulator.
+ * and the simulator. Two baseline Workers, served the same way, are measured in the same run: one
+ * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
+ * does nothing else (`bench/workers/relay.js`).
  */
 import { pathToFileURL } from "node:url";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
@@ -170,32 +172,39 @@ export interface OverheadFigures {
    * run the way `npm start` runs the edge): what any Worker in front of the backend costs here.
    */
   forward: PairedRun[];
+  /**
+   * The same through a Worker that reads, parses, renames and writes on each event in JavaScript and
+   * does nothing else (`bench/workers/relay.js`): what looking at every event costs here, apart
+   * from the gateway's own work.
+   */
+  relay: PairedRun[];
 }
 
-const FORWARD_WORKER = new URL("./workers/forward.js", import.meta.url).pathname;
-
-/** The forwarding Worker in its own workerd, served as `npm start` serves the edge. */
-async function startForwarder(upstream: string): Promise<{ url: string; stop(): Promise<void> }> {
+/** A baseline Worker from `bench/workers/` in its own workerd, served as `npm start` serves the edge. */
+async function startBaseline(
+  script: "forward.js" | "relay.js",
+  upstream: string,
+): Promise<{ url: string; stop(): Promise<void> }> {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
-  const forwarder = await serveWorker(
+  const worker = await serveWorker(
     {
       modules: true,
-      scriptPath: FORWARD_WORKER,
+      scriptPath: new URL(`./workers/${script}`, import.meta.url).pathname,
       compatibilityDate: workerOptions.compatibilityDate,
       compatibilityFlags: workerOptions.compatibilityFlags,
-      bindings: { UPSTREAM: upstream },
+      bindings: { UPSTREAM: upstream, MODEL },
     },
     { host: "127.0.0.1", port: await freePort() },
   );
-  return { url: forwarder.url.origin, stop: () => forwarder.dispose() };
+  return { url: worker.url.origin, stop: () => worker.dispose() };
 }
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
 
 function sides(
   gw: BenchGateway,
-  forwarder: string,
-): Record<"stream" | "floor" | "forward", { direct: Side; edge: Side }> {
+  baselines: { forward: string; relay: string },
+): Record<"stream" | "floor" | "forward" | "relay", { direct: Side; edge: Side }> {
   const streamed = (response: Response, text: string) =>
     response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
   const json = { "content-type": "application/json" };
@@ -231,8 +240,9 @@ function sides(
       direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: (r) => r.ok },
       edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: (r) => r.ok },
     },
-    // The same request as the direct one, through the forwarding Worker.
-    forward: { direct, edge: { ...direct, url: `${forwarder}/v1/completions` } },
+    // The same request as the direct one, through each baseline Worker.
+    forward: { direct, edge: { ...direct, url: `${baselines.forward}/v1/completions` } },
+    relay: { direct, edge: { ...direct, url: `${baselines.relay}/v1/completions` } },
   };
 }
 
@@ -285,23 +295,30 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
   const streams = options.streams ?? 200;
   const pairsPerStream = options.pairsPerStream ?? 5;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
-    const forwarder = await startForwarder(gw.backends.url(BACKEND));
+    const forwarder = await startBaseline("forward.js", gw.backends.url(BACKEND));
+    const relayer = await startBaseline("relay.js", gw.backends.url(BACKEND)).catch(async (err: unknown) => {
+      await forwarder.stop();
+      throw err;
+    });
     try {
-      const { stream, floor, forward } = sides(gw, forwarder.url);
+      const { stream, floor, forward, relay } = sides(gw, { forward: forwarder.url, relay: relayer.url });
       const runs: PairedRun[] = [];
       const floors: PairedRun[] = [];
       const forwards: PairedRun[] = [];
-      await measure(stream, 1, Math.min(30, serialPairs));
-      await measure(forward, 1, Math.min(30, serialPairs));
+      const relays: PairedRun[] = [];
+      for (const warm of [stream, forward, relay]) await measure(warm, 1, Math.min(30, serialPairs));
       const cpu = () => gw.edgeCpuSeconds();
       runs.push(await measure(stream, 1, serialPairs, cpu));
       forwards.push(await measure(forward, 1, serialPairs));
+      relays.push(await measure(relay, 1, serialPairs));
       floors.push(await measure(floor, 1, serialPairs, cpu));
       // One pair per stream first: opens every connection before anything is measured.
       await measure(stream, streams, 1);
       runs.push(await measure(stream, streams, pairsPerStream, cpu));
       await measure(forward, streams, 1);
       forwards.push(await measure(forward, streams, pairsPerStream));
+      await measure(relay, streams, 1);
+      relays.push(await measure(relay, streams, pairsPerStream));
       floors.push(await measure(floor, streams, pairsPerStream, cpu));
       return {
         simulator: gw.backends.mode,
@@ -311,9 +328,11 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         runs,
         floor: floors,
         forward: forwards,
+        relay: relays,
       };
     } finally {
       await forwarder.stop();
+      await relayer.stop();
     }
   });
 }
@@ -333,26 +352,38 @@ export function reportOverhead(f: OverheadFigures): string {
     "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams, ms, p50 / p99",
     "streams  pairs failed | ttft: direct      forward      added       | total: direct     forward      added       |",
     ...f.forward.map((r) => row(r, true)),
+    "a Worker that relays each event in JavaScript and does nothing else (bench/workers/relay.js, run the same way), ms, p50 / p99",
+    "streams  pairs failed | ttft: direct      relay        added       | total: direct     relay        added       |",
+    ...f.relay.map((r) => row(r, true)),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
     "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
   ];
-  for (const r of [...f.runs, ...f.floor])
-    for (const [why, n] of Object.entries(r.failures)) lines.push(`failed at ${r.streams} streams, ${n}x: ${why}`);
+  for (const [what, list] of [
+    ["edge", f.runs],
+    ["forward", f.forward],
+    ["relay", f.relay],
+    ["floor", f.floor],
+  ] as const)
+    for (const r of list)
+      for (const [why, n] of Object.entries(r.failures))
+        lines.push(`${what} failed at ${r.streams} streams, ${n}x: ${why}`);
   for (const r of f.runs) {
     const p50 = Math.max(r.added.total.p50, r.added.ttft.p50);
     const p99 = Math.max(r.added.total.p99, r.added.ttft.p99);
     const floor = f.floor.find((x) => x.streams === r.streams);
     const forward = f.forward.find((x) => x.streams === r.streams);
+    const relay = f.relay.find((x) => x.streams === r.streams);
+    const worst = (x: PairedRun) =>
+      `p50 ${fmt(Math.max(x.added.total.p50, x.added.ttft.p50))} ms, p99 ${fmt(Math.max(x.added.total.p99, x.added.ttft.p99))} ms`;
     lines.push(
       `target at ${r.streams} stream${r.streams === 1 ? "" : "s"}: added p50 ${fmt(p50)} ms < ${OVERHEAD_TARGETS.p50} ms ${verdict(p50 < OVERHEAD_TARGETS.p50)}; ` +
         `added p99 ${fmt(p99)} ms < ${OVERHEAD_TARGETS.p99} ms ${verdict(p99 < OVERHEAD_TARGETS.p99)} (worse of ttft and total)` +
         (floor
           ? `; the floor alone adds p50 ${fmt(floor.added.total.p50)} ms, p99 ${fmt(floor.added.total.p99)} ms`
           : "") +
-        (forward
-          ? `; a Worker that only forwards adds p50 ${fmt(Math.max(forward.added.total.p50, forward.added.ttft.p50))} ms, p99 ${fmt(Math.max(forward.added.total.p99, forward.added.ttft.p99))} ms`
-          : ""),
+        (forward ? `; a Worker that only forwards adds ${worst(forward)}` : "") +
+        (relay ? `; one that relays each event in JavaScript adds ${worst(relay)}` : ""),
     );
   }
   return lines.join("\n");

@@ -122,11 +122,12 @@ describe("gateway benchmarks (smoke)", () => {
       [4, 8],
     ]);
     expect(figures.floor.map((r) => r.streams)).toEqual([1, 4]);
-    expect(figures.forward.map((r) => [r.streams, r.pairs])).toEqual([
-      [1, 10],
-      [4, 8],
-    ]);
-    for (const r of [...figures.runs, ...figures.floor, ...figures.forward]) {
+    for (const baseline of [figures.forward, figures.relay])
+      expect(baseline.map((r) => [r.streams, r.pairs])).toEqual([
+        [1, 10],
+        [4, 8],
+      ]);
+    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay]) {
       expect(r.failed).toBe(0);
       expect(Number.isFinite(r.added.total.p50) && Number.isFinite(r.added.total.p99)).toBe(true);
     }
@@ -135,6 +136,7 @@ describe("gateway benchmarks (smoke)", () => {
     const report = reportOverhead(figures);
     expect(report).toMatch(/target at 4 streams: added p50 [\d.-]+ ms < 1.5 ms (met|MISSED)/);
     expect(report).toMatch(/a Worker that only forwards adds p50 [\d.-]+ ms/);
+    expect(report).toMatch(/one that relays each event in JavaScript adds p50 [\d.-]+ ms/);
   }, 60_000);
 
   it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
