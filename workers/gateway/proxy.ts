@@ -93,7 +93,7 @@ const encoder = new TextEncoder();
  * close is only noticed when something is written to it, so this bounds how long a cancelled
  * request can keep its backend busy while the backend is between tokens (or before its first).
  */
-export const HEARTBEAT_MS = 25;
+export const HEARTBEAT_MS = 20;
 const HEARTBEAT = new TextEncoder().encode(":\n\n");
 
 /** A retry into an endpoint at most this loaded (its own request included) spends no budget. */
@@ -712,21 +712,20 @@ function relay(
   // JavaScript stream that the response pulls from.
   const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
-  let lastSent = Date.now();
+  // Every write puts the heartbeat off, so it fires only after HEARTBEAT_MS of silence and a
+  // stream that is flowing never wakes for it.
   let heartbeat: ReturnType<typeof setTimeout> | undefined;
   const stopHeartbeat = () => {
     if (heartbeat !== undefined) clearTimeout(heartbeat);
     heartbeat = undefined;
   };
+  /** A write the client has not taken yet: it fails by itself if the client goes away. */
+  let writing = false;
   const beat = () => {
     heartbeat = undefined;
     if (closed) return;
-    const idle = Date.now() - lastSent;
-    if (idle >= HEARTBEAT_MS) {
-      writer.write(HEARTBEAT).catch(onAbort);
-      lastSent = Date.now();
-    }
-    heartbeat = setTimeout(beat, Math.max(1, HEARTBEAT_MS - (Date.now() - lastSent)));
+    if (!writing) writer.write(HEARTBEAT).catch(onAbort);
+    heartbeat = setTimeout(beat, HEARTBEAT_MS);
   };
   heartbeat = setTimeout(beat, HEARTBEAT_MS);
   // A client that cancels the response errors the writable side, even with no write pending.
@@ -747,8 +746,11 @@ function relay(
         more = false;
       }
       if (!text) continue;
-      lastSent = Date.now();
+      stopHeartbeat();
+      heartbeat = setTimeout(beat, HEARTBEAT_MS);
+      writing = true;
       await writer.write(encoder.encode(text));
+      writing = false;
     }
     stopHeartbeat();
     await writer.close();
