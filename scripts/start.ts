@@ -33,21 +33,36 @@ const { values: args } = parseArgs({
 const baseURL = `http://${args.ip}:${args.port}`;
 const wranglerEnv = { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" };
 
-/** The admin secret lives in `.dev.vars` (git-ignored), created with a random value on first run. */
+/**
+ * The admin secret lives in `.dev.vars` (git-ignored), created with a random value on first run.
+ * Several edges started at once from one checkout (tests do this) must agree on it: the file is
+ * created exclusively, and whoever loses that race reads the winner's secret.
+ */
 function ensureAdminSecret(): string {
-  let vars = "";
-  try {
-    vars = readFileSync(".dev.vars", "utf8");
-  } catch {
-    // First run.
+  for (;;) {
+    let vars: string | undefined;
+    try {
+      vars = readFileSync(".dev.vars", "utf8");
+    } catch {
+      // First run.
+    }
+    const existing = vars?.match(/^ADMIN_SECRET\s*=\s*"?([^"\n]+)"?\s*$/m)?.[1];
+    if (existing) return existing;
+    const secret = randomBytes(32).toString("hex");
+    if (vars !== undefined) {
+      writeFileSync(".dev.vars", `${vars}${vars && !vars.endsWith("\n") ? "\n" : ""}ADMIN_SECRET=${secret}\n`, {
+        mode: 0o600,
+      });
+      return secret;
+    }
+    try {
+      writeFileSync(".dev.vars", `ADMIN_SECRET=${secret}\n`, { mode: 0o600, flag: "wx" });
+      return secret;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      // Another edge created it a moment ago: use its secret.
+    }
   }
-  const existing = vars.match(/^ADMIN_SECRET\s*=\s*"?([^"\n]+)"?\s*$/m)?.[1];
-  if (existing) return existing;
-  const secret = randomBytes(32).toString("hex");
-  writeFileSync(".dev.vars", `${vars}${vars && !vars.endsWith("\n") ? "\n" : ""}ADMIN_SECRET=${secret}\n`, {
-    mode: 0o600,
-  });
-  return secret;
 }
 
 const GATEWAY_VARS = ["GATEWAY_CONFIG", "INFERENCE_UPSTREAM"];

@@ -1,7 +1,7 @@
 import { generateApiKey } from "../../protocol/api-key.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiKeyInfo, CreatedApiKey, Health, Me } from "../../protocol/schemas.js";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { sextant, simulatedTabCompletion, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 
 /** The newcomer's path: `npm start`, then the CLI from another directory with nothing configured. */
 describe("local edge end to end", () => {
@@ -19,6 +19,12 @@ describe("local edge end to end", () => {
   it("serves /healthz", async () => {
     const response = await fetch(`${edge.baseURL}/healthz`);
     expect(Health.parse(await response.json()).status).toBe("ok");
+  });
+
+  it("answers model requests from the simulated backends it starts when none is configured", async () => {
+    const { text, fingerprints } = await simulatedTabCompletion(edge);
+    expect(text).toBe("sim0 sim1 sim2 sim3 ");
+    expect([...fingerprints]).toEqual(["sextant-simulator"]);
   });
 
   it("lets `sextant whoami` find the local edge and its development key by itself", () => {

@@ -3,6 +3,8 @@ import { mkdtempSync, readFileSync, readdirSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import OpenAI from "openai";
+import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -66,9 +68,12 @@ function groupCpuSeconds(group: number): number | undefined {
   return ticks / 100; // USER_HZ
 }
 
-/** Runs `npm start`'s script exactly as a user would, on its own port, state and config directories. */
+/**
+ * Runs `npm start`'s script exactly as a user would, on its own port, state and config directories;
+ * with `dev`, `npm run dev`'s (the same under `wrangler dev`).
+ */
 export async function startLocalEdge(
-  options: { port?: number; configDir?: string; persistTo?: string; vars?: Record<string, string> } = {},
+  options: { port?: number; configDir?: string; persistTo?: string; vars?: Record<string, string>; dev?: boolean } = {},
 ): Promise<LocalEdge> {
   const port = options.port ?? (await freePort());
   const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
@@ -83,6 +88,7 @@ export async function startLocalEdge(
       String(port),
       "--persist-to",
       persistTo,
+      ...(options.dev ? ["--dev"] : []),
       ...Object.entries({ RATE_LIMITS: ROOMY_LIMITS, ...options.vars }).flatMap(([k, v]) => ["--var", `${k}:${v}`]),
     ],
     {
@@ -120,6 +126,36 @@ export async function startLocalEdge(
   const output = () => (log.startsWith(head) ? log : head + log);
   const cpuSeconds = () => groupCpuSeconds(child.pid!);
   return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, stop };
+}
+
+/** The development key that `npm start` saved for the CLI in the edge's config directory. */
+export function developmentKey(edge: LocalEdge): string {
+  const saved = JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8")) as { apiKey?: unknown };
+  if (typeof saved.apiKey !== "string") throw new Error("npm start saved no development key");
+  return saved.apiKey;
+}
+
+/**
+ * A streamed tab completion through the `openai` SDK, with the development key, from the simulated
+ * backends that `npm start` runs when no real backend is configured: its text, and the
+ * `system_fingerprint` of each chunk (the simulator's says it is simulated).
+ */
+export async function simulatedTabCompletion(edge: LocalEdge): Promise<{ text: string; fingerprints: Set<string> }> {
+  const openai = new OpenAI({ baseURL: `${edge.baseURL}/v1`, apiKey: developmentKey(edge), maxRetries: 0 });
+  const stream = await openai.completions.create({
+    model: LOCAL_MODELS.tab,
+    prompt: "def add(a, b):\n    ",
+    suffix: "\n\nprint(add(1, 2))\n",
+    max_tokens: 4,
+    stream: true,
+  });
+  let text = "";
+  const fingerprints = new Set<string>();
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.text ?? "";
+    fingerprints.add(String(chunk.system_fingerprint));
+  }
+  return { text, fingerprints };
 }
 
 export interface CliResult {
