@@ -1,10 +1,10 @@
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTree, writeTree } from "../support/fixture.js";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -59,7 +59,7 @@ describe("workspace CLI end to end", () => {
     const theirs = makeTree({ "a.ts": "a", "b/c.ts": "c" });
     const teammate = { ...env, SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-teammate-")) };
     // The teammate uses the same edge and org.
-    const local = JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8"));
+    const local = savedLocalEdge(edge);
     const as = (args: string[]) => sextant(["--base-url", edge.baseURL, "--api-key", local.apiKey, ...args], teammate);
     expect(as(["key", "import", key, theirs]).code).toBe(0);
     const report = JSON.parse(as(["--json", "index", theirs]).stdout);

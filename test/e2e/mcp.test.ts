@@ -6,7 +6,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { makeTree, writeTree } from "../support/fixture.js";
-import { freePort, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { freePort, savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 import type { LocalHit } from "../../client/workspace/search.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -197,7 +197,7 @@ describe("sextant mcp end to end", () => {
 
   it("reports an unreachable edge and a refused key as tool errors", async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
-    const local = JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8"));
+    const local = savedLocalEdge(edge);
     const registry = JSON.parse(readFileSync(join(edge.configDir, "workspaces.json"), "utf8"));
     const elsewhere = mkdtempSync(join(tmpdir(), "sextant-config-"));
     writeFileSync(

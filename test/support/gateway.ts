@@ -1,10 +1,8 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import OpenAI from "openai";
 import type { GatewayConfigInput } from "../../protocol/gateway.js";
 import { SextantAdmin } from "../../client/sdk/client.js";
 import { startSimulator, type BackendOptions, type Simulator } from "../../gpu-backends/simulator/simulator.js";
-import { startLocalEdge, type LocalEdge } from "./local-edge.js";
+import { savedLocalEdge, startLocalEdge, type LocalEdge } from "./local-edge.js";
 
 export const VIRGINIA = { latitude: 39.04, longitude: -77.49 };
 export const LONDON = { latitude: 51.51, longitude: -0.13 };
@@ -39,10 +37,7 @@ export async function startGateway(
     await sim.stop();
     throw err;
   }
-  const local = JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8")) as {
-    apiKey: string;
-    adminSecret: string;
-  };
+  const local = savedLocalEdge(edge);
   const admin = new SextantAdmin({ adminSecret: local.adminSecret, baseURL: edge.baseURL });
   let accounts = 0;
   return {

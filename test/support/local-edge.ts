@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
+import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -128,11 +129,9 @@ export async function startLocalEdge(
   return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, stop };
 }
 
-/** The development key that `npm start` saved for the CLI in the edge's config directory. */
-export function developmentKey(edge: LocalEdge): string {
-  const saved = JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8")) as { apiKey?: unknown };
-  if (typeof saved.apiKey !== "string") throw new Error("npm start saved no development key");
-  return saved.apiKey;
+/** What `npm start` saved for the CLI in the edge's config directory: its development key and admin secret. */
+export function savedLocalEdge(edge: LocalEdge): SavedLocalEdge {
+  return SavedLocalEdge.parse(JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8")));
 }
 
 /**
@@ -141,7 +140,7 @@ export function developmentKey(edge: LocalEdge): string {
  * `system_fingerprint` of each chunk (the simulator's says it is simulated).
  */
 export async function simulatedTabCompletion(edge: LocalEdge): Promise<{ text: string; fingerprints: Set<string> }> {
-  const openai = new OpenAI({ baseURL: `${edge.baseURL}/v1`, apiKey: developmentKey(edge), maxRetries: 0 });
+  const openai = new OpenAI({ baseURL: `${edge.baseURL}/v1`, apiKey: savedLocalEdge(edge).apiKey, maxRetries: 0 });
   const stream = await openai.completions.create({
     model: LOCAL_MODELS.tab,
     prompt: "def add(a, b):\n    ",

@@ -719,15 +719,19 @@ function relay(
     if (heartbeat !== undefined) clearTimeout(heartbeat);
     heartbeat = undefined;
   };
+  const startHeartbeat = () => {
+    stopHeartbeat();
+    heartbeat = setTimeout(beat, HEARTBEAT_MS);
+  };
   /** A write the client has not taken yet: it fails by itself if the client goes away. */
   let writing = false;
   const beat = () => {
     heartbeat = undefined;
     if (closed) return;
     if (!writing) writer.write(HEARTBEAT).catch(onAbort);
-    heartbeat = setTimeout(beat, HEARTBEAT_MS);
+    startHeartbeat();
   };
-  heartbeat = setTimeout(beat, HEARTBEAT_MS);
+  startHeartbeat();
   // A client that cancels the response errors the writable side, even with no write pending.
   writer.closed.catch(onAbort);
 
@@ -746,8 +750,7 @@ function relay(
         more = false;
       }
       if (!text) continue;
-      stopHeartbeat();
-      heartbeat = setTimeout(beat, HEARTBEAT_MS);
+      startHeartbeat();
       writing = true;
       await writer.write(encoder.encode(text));
       writing = false;
