@@ -712,26 +712,28 @@ function relay(
   // JavaScript stream that the response pulls from.
   const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
-  // Every write puts the heartbeat off, so it fires only after HEARTBEAT_MS of silence and a
-  // stream that is flowing never wakes for it.
+  // The heartbeat fires only after HEARTBEAT_MS of silence, so a stream that is flowing never
+  // writes one. Writes only note the time; the one timer re-arms itself for the rest of the
+  // silence when it finds a write since, instead of every write clearing and setting a timer.
+  let lastWrite = Date.now();
   let heartbeat: ReturnType<typeof setTimeout> | undefined;
-  const stopHeartbeat = () => {
-    if (heartbeat !== undefined) clearTimeout(heartbeat);
-    heartbeat = undefined;
-  };
-  const startHeartbeat = () => {
-    stopHeartbeat();
-    heartbeat = setTimeout(beat, HEARTBEAT_MS);
-  };
   /** A write the client has not taken yet: it fails by itself if the client goes away. */
   let writing = false;
   const beat = () => {
     heartbeat = undefined;
     if (closed) return;
-    if (!writing) writer.write(HEARTBEAT).catch(onAbort);
-    startHeartbeat();
+    const silent = Date.now() - lastWrite;
+    if (silent >= HEARTBEAT_MS) {
+      if (!writing) writer.write(HEARTBEAT).catch(onAbort);
+      lastWrite = Date.now();
+    }
+    heartbeat = setTimeout(beat, Math.max(1, HEARTBEAT_MS - (Date.now() - lastWrite)));
   };
-  startHeartbeat();
+  const stopHeartbeat = () => {
+    if (heartbeat !== undefined) clearTimeout(heartbeat);
+    heartbeat = undefined;
+  };
+  heartbeat = setTimeout(beat, HEARTBEAT_MS);
   // A client that cancels the response errors the writable side, even with no write pending.
   writer.closed.catch(onAbort);
 
@@ -750,7 +752,13 @@ function relay(
         more = false;
       }
       if (!text) continue;
-      startHeartbeat();
+      lastWrite = Date.now();
+      if (!more) {
+        // The last bytes: the close is queued behind them (and fails if they do), so the end of
+        // the body follows them at once instead of a round trip later.
+        writer.write(encoder.encode(text)).catch(() => {});
+        break;
+      }
       writing = true;
       await writer.write(encoder.encode(text));
       writing = false;
