@@ -7,8 +7,12 @@
  *   npx tsx bench/gateway-cancel.ts   # at 100 and 20 tokens/s: 300 requests one at a time, 300 over 4 streams
  *
  * A closed connection is noticed when something is next written to it: a token, or the SSE comment
- * a stream sends after 25 ms without one. Two token rates show both: at 100 tokens/s the next token
+ * a stream sends after 20 ms without one. Two token rates show both: at 100 tokens/s the next token
  * comes first, at 20 tokens/s the comment does.
+ *
+ * That comment is what quick cancellation costs: the benchmark also holds streams open while the
+ * backend has not sent their first token (a long prompt's prefill) and reads the CPU the edge spends
+ * on them, against the same edge idle.
  */
 import { randomUUID } from "node:crypto";
 import { pathToFileURL } from "node:url";
@@ -24,6 +28,7 @@ import {
   type BenchPart,
   type BenchRecord,
 } from "./gateway-fixture.js";
+import { HEARTBEAT_MS } from "../protocol/gateway.js";
 import { fmt } from "./stats.js";
 
 export interface CancelOptions {
@@ -35,6 +40,10 @@ export interface CancelOptions {
   tokensPerSecond?: number[];
   /** Tokens read before the client aborts. */
   abortAfterTokens?: number;
+  /** Streams held waiting for a first token, one run each, while the edge's CPU is read. */
+  waitingStreams?: number[];
+  /** How long each of those runs reads the edge's CPU, ms. */
+  waitingMs?: number;
   gateway?: BenchGateway;
 }
 
@@ -43,17 +52,20 @@ const MODEL = "tab-cancel";
 /** How long an upstream abort may take before the request counts as never aborted. */
 const GRACE_MS = 5_000;
 const STALL_MS = 10_000;
+const TTFT_MS = 20;
 export const CANCEL_TARGET_P99_MS = 50;
 
 export function cancelPart(): BenchPart {
   return {
     // Long streams (the token rate is set per run): nothing ends by itself while the benchmark waits.
-    backends: [{ id: BACKEND, ttftMs: 20, completionTokens: 1_000, capacity: 1_000 }],
+    backends: [{ id: BACKEND, ttftMs: TTFT_MS, completionTokens: 1_000, capacity: 1_000 }],
     pools: (urls) => ({
       "bench-cancel": {
         role: "tab",
         models: [MODEL],
         fim: "qwen2.5-coder",
+        // Streams held before their first token must outlast the reading of the edge's CPU.
+        timeouts: { firstByteMs: 60_000 },
         endpoints: [
           {
             id: BACKEND,
@@ -84,11 +96,25 @@ export interface CancelRun {
   neverAborted: number;
 }
 
+/** The edge's CPU while streams wait for their first token: the heartbeat's cost. */
+export interface WaitingRun {
+  streams: number;
+  /** The edge's processes, in percent of one core, with the streams waiting and idle just before. */
+  cpuPercent: number;
+  idleCpuPercent: number;
+  /** CPU per waiting stream per second of waiting (idle subtracted), ms. */
+  msPerStreamSecond: number;
+  /** Streams that had no response headers when the reading began. */
+  failed: number;
+}
+
 export interface CancelFigures {
   simulator: string;
   abortAfterTokens: number;
   graceMs: number;
   runs: CancelRun[];
+  /** Empty where the edge's CPU cannot be read. */
+  waiting: WaitingRun[];
 }
 
 /** Streams until `tokens` token events arrived, then aborts; returns when it aborted (clock ms). */
@@ -170,6 +196,59 @@ async function measure(
   };
 }
 
+/** The edge's CPU, in percent of one core, over `ms`; undefined where it cannot be read. */
+async function edgeCpuPercent(gw: BenchGateway, ms: number): Promise<number | undefined> {
+  const before = gw.edgeCpuSeconds();
+  const started = performance.now();
+  await sleep(ms);
+  const after = gw.edgeCpuSeconds();
+  if (before === undefined || after === undefined) return undefined;
+  return (100 * (after - before) * 1000) / (performance.now() - started);
+}
+
+/** Holds `streams` streams whose first token does not come, and reads the edge's CPU meanwhile. */
+async function measureWaiting(gw: BenchGateway, streams: number, ms: number): Promise<WaitingRun | undefined> {
+  const idle = await edgeCpuPercent(gw, ms);
+  if (idle === undefined) return undefined;
+  await gw.backends.configure(BACKEND, { ttftMs: 600_000 });
+  const controller = new AbortController();
+  let failed = 0;
+  const open = await Promise.all(
+    Array.from({ length: streams }, async () => {
+      try {
+        const response = await fetch(`${gw.baseURL}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
+          body: JSON.stringify({ model: MODEL, prompt: "def f(", suffix: "):\n", max_tokens: 1_000, stream: true }),
+          signal: controller.signal,
+        });
+        if (!response.ok) failed++;
+        // Reads the heartbeats as a client would, until the abort. (Wrapped: an async function
+        // returning the promise itself would wait for the body's end.)
+        return { done: response.arrayBuffer().catch(() => undefined) };
+      } catch {
+        failed++;
+        return { done: Promise.resolve(undefined) };
+      }
+    }),
+  );
+  try {
+    await sleep(300); // Every stream is past its start.
+    const busy = (await edgeCpuPercent(gw, ms))!;
+    return {
+      streams,
+      cpuPercent: busy,
+      idleCpuPercent: idle,
+      msPerStreamSecond: (10 * Math.max(0, busy - idle)) / streams,
+      failed,
+    };
+  } finally {
+    controller.abort();
+    await Promise.all(open.map((o) => o.done));
+    await gw.backends.configure(BACKEND, { ttftMs: TTFT_MS });
+  }
+}
+
 export async function runCancel(options: CancelOptions = {}): Promise<CancelFigures> {
   const requests = options.requests ?? 300;
   const tokens = options.abortAfterTokens ?? 1;
@@ -180,7 +259,12 @@ export async function runCancel(options: CancelOptions = {}): Promise<CancelFigu
     for (const rate of rates)
       for (const concurrency of options.concurrency ?? [1, 4])
         runs.push(await measure(gw, rate, concurrency, requests, tokens));
-    return { simulator: gw.backends.mode, abortAfterTokens: tokens, graceMs: GRACE_MS, runs };
+    const waiting: WaitingRun[] = [];
+    for (const streams of options.waitingStreams ?? [50, 200]) {
+      const run = await measureWaiting(gw, streams, options.waitingMs ?? 3_000);
+      if (run) waiting.push(run);
+    }
+    return { simulator: gw.backends.mode, abortAfterTokens: tokens, graceMs: GRACE_MS, runs, waiting };
   });
 }
 
@@ -192,6 +276,15 @@ export function reportCancel(f: CancelFigures): string {
   for (const r of f.runs)
     lines.push(
       `${String(r.tokensPerSecond).padStart(8)} ${`${fmt(1000 / r.tokensPerSecond)} ms`.padStart(10)} ${String(r.concurrency).padStart(8)} ${String(r.requests).padStart(9)} ${String(r.failed).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)} ${fmt(r.max).padStart(8)}  ${r.neverAborted} (within ${f.graceMs / 1000} s)`,
+    );
+  if (f.waiting.length)
+    lines.push(
+      `what the ${HEARTBEAT_MS} ms heartbeat costs: streams whose first token has not come, the edge's CPU (all its processes, % of one core) against the same edge idle just before`,
+      "streams  failed  edge CPU %  idle CPU %  CPU ms per stream per second",
+      ...f.waiting.map(
+        (w) =>
+          `${String(w.streams).padStart(7)} ${String(w.failed).padStart(7)} ${fmt(w.cpuPercent).padStart(11)} ${fmt(w.idleCpuPercent).padStart(11)}  ${fmt(w.msPerStreamSecond).padStart(10)}`,
+      ),
     );
   for (const r of f.runs)
     lines.push(

@@ -13,6 +13,7 @@
  * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
  * does nothing else (`bench/workers/relay.js`).
  */
+import { randomUUID } from "node:crypto";
 import { pathToFileURL } from "node:url";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { z } from "zod";
@@ -21,6 +22,7 @@ import { freePort } from "../test/support/local-edge.js";
 import { renderFim } from "../workers/gateway/prompts.js";
 import {
   VIRGINIA,
+  clock,
   quantileOf,
   verdict,
   withGateway,
@@ -94,6 +96,10 @@ interface Timing {
   /** Until the first body bytes holding an event (for a plain GET, the first body bytes). */
   ttft: number;
   total: number;
+  /** The request's `X-Request-Id`, which the simulator records; when it was sent and its first bytes came (`clock`). */
+  id: string;
+  sentAt: number;
+  firstAt: number;
 }
 
 interface Side {
@@ -113,25 +119,32 @@ function safeJson(text: string): unknown {
 }
 
 async function send(side: Side): Promise<Timing> {
+  const id = `bench-overhead-${randomUUID()}`;
+  const headers = { ...(side.init.headers as Record<string, string> | undefined), "x-request-id": id };
+  const sentAt = clock();
   const started = performance.now();
   let ttft = 0;
+  let firstAt = 0;
   let text = "";
   try {
-    const response = await fetch(side.url, { ...side.init, signal: AbortSignal.timeout(60_000) });
+    const response = await fetch(side.url, { ...side.init, headers, signal: AbortSignal.timeout(60_000) });
     const decoder = new TextDecoder();
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-      if (!ttft) ttft = performance.now() - started;
+      if (!ttft) {
+        ttft = performance.now() - started;
+        firstAt = clock();
+      }
       text += decoder.decode(chunk, { stream: true });
     }
     const total = performance.now() - started;
-    if (side.complete(response, text)) return { ttft, total };
+    if (side.complete(response, text)) return { ttft, total, id, sentAt, firstAt };
     // The problem+json detail, without the request id that makes every body different.
     const problem = Problem.safeParse(safeJson(text));
     const why = problem.success ? problem.data.detail : text.replace(/\s+/g, " ").slice(0, 200);
-    return { ttft, total, failure: `${response.status} ${why}` };
+    return { ttft, total, id, sentAt, firstAt, failure: `${response.status} ${why}` };
   } catch (err) {
     const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
-    return { ttft, total: performance.now() - started, failure: `${String(err)}${cause}` };
+    return { ttft, total: performance.now() - started, id, sentAt, firstAt, failure: `${String(err)}${cause}` };
   }
 }
 
@@ -151,6 +164,13 @@ export interface PairedRun {
   edge: { ttft: Quantiles; total: Quantiles };
   /** Edge minus direct, pair by pair. */
   added: { ttft: Quantiles; total: Quantiles };
+  /**
+   * The added time to first token in two parts, from the simulator's records of the same requests
+   * (edge minus direct, pair by pair, so the two processes' clocks cancel out): until the backend
+   * has the request, and from the backend's first token until the client has it. Absent for
+   * requests the simulator does not record (`GET /health`).
+   */
+  split?: { toBackend: Quantiles; toClient: Quantiles };
   /** CPU the edge's processes used per request through it (ms), where it can be read. */
   edgeCpuMs?: number;
 }
@@ -178,6 +198,11 @@ export interface OverheadFigures {
    * from the gateway's own work.
    */
   relay: PairedRun[];
+  /**
+   * The direct request against itself, paired the same way: how far two identical calls differ on
+   * this machine with no Worker at all, the noise under every paired difference above.
+   */
+  same: PairedRun[];
 }
 
 /** A baseline Worker from `bench/workers/` in its own workerd, served as `npm start` serves the edge. */
@@ -204,7 +229,7 @@ const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99:
 function sides(
   gw: BenchGateway,
   baselines: { forward: string; relay: string },
-): Record<"stream" | "floor" | "forward" | "relay", { direct: Side; edge: Side }> {
+): Record<"stream" | "floor" | "forward" | "relay" | "same", { direct: Side; edge: Side }> {
   const streamed = (response: Response, text: string) =>
     response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
   const json = { "content-type": "application/json" };
@@ -243,10 +268,27 @@ function sides(
     // The same request as the direct one, through each baseline Worker.
     forward: { direct, edge: { ...direct, url: `${baselines.forward}/v1/completions` } },
     relay: { direct, edge: { ...direct, url: `${baselines.relay}/v1/completions` } },
+    same: { direct, edge: direct },
   };
 }
 
+/** Each side's time to reach the backend and from the backend's first token back, by request id. */
+async function splits(
+  gw: BenchGateway,
+  timings: Timing[],
+): Promise<Map<string, { toBackend: number; toClient: number }>> {
+  const sent = new Map(timings.map((t) => [t.id, t]));
+  const out = new Map<string, { toBackend: number; toClient: number }>();
+  for (const r of await gw.backends.records(BACKEND)) {
+    const t = sent.get(r.requestId);
+    if (t && r.firstTokenAt !== undefined)
+      out.set(r.requestId, { toBackend: r.receivedAt - t.sentAt, toClient: t.firstAt - r.firstTokenAt });
+  }
+  return out;
+}
+
 async function measure(
+  gw: BenchGateway,
   pair: { direct: Side; edge: Side },
   streams: number,
   pairsPerStream: number,
@@ -287,6 +329,26 @@ async function measure(
     ...(cpuBefore !== undefined && cpuAfter !== undefined
       ? { edgeCpuMs: ((cpuAfter - cpuBefore) * 1000) / pairs.length }
       : {}),
+    ...(await split(gw, good)),
+  };
+}
+
+async function split(gw: BenchGateway, good: { direct: Timing; edge: Timing }[]): Promise<Pick<PairedRun, "split">> {
+  const parts = await splits(
+    gw,
+    good.flatMap((p) => [p.direct, p.edge]),
+  );
+  const both = good.flatMap((p) => {
+    const direct = parts.get(p.direct.id);
+    const edge = parts.get(p.edge.id);
+    return direct && edge ? [{ direct, edge }] : [];
+  });
+  if (both.length < good.length) return {};
+  return {
+    split: {
+      toBackend: q(both.map((p) => p.edge.toBackend - p.direct.toBackend)),
+      toClient: q(both.map((p) => p.edge.toClient - p.direct.toClient)),
+    },
   };
 }
 
@@ -301,25 +363,28 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       throw err;
     });
     try {
-      const { stream, floor, forward, relay } = sides(gw, { forward: forwarder.url, relay: relayer.url });
+      const { stream, floor, forward, relay, same } = sides(gw, { forward: forwarder.url, relay: relayer.url });
       const runs: PairedRun[] = [];
+      const sames: PairedRun[] = [];
       const floors: PairedRun[] = [];
       const forwards: PairedRun[] = [];
       const relays: PairedRun[] = [];
-      for (const warm of [stream, forward, relay]) await measure(warm, 1, Math.min(30, serialPairs));
+      for (const warm of [stream, forward, relay]) await measure(gw, warm, 1, Math.min(30, serialPairs));
       const cpu = () => gw.edgeCpuSeconds();
-      runs.push(await measure(stream, 1, serialPairs, cpu));
-      forwards.push(await measure(forward, 1, serialPairs));
-      relays.push(await measure(relay, 1, serialPairs));
-      floors.push(await measure(floor, 1, serialPairs, cpu));
+      runs.push(await measure(gw, stream, 1, serialPairs, cpu));
+      forwards.push(await measure(gw, forward, 1, serialPairs));
+      relays.push(await measure(gw, relay, 1, serialPairs));
+      sames.push(await measure(gw, same, 1, serialPairs));
+      floors.push(await measure(gw, floor, 1, serialPairs, cpu));
       // One pair per stream first: opens every connection before anything is measured.
-      await measure(stream, streams, 1);
-      runs.push(await measure(stream, streams, pairsPerStream, cpu));
-      await measure(forward, streams, 1);
-      forwards.push(await measure(forward, streams, pairsPerStream));
-      await measure(relay, streams, 1);
-      relays.push(await measure(relay, streams, pairsPerStream));
-      floors.push(await measure(floor, streams, pairsPerStream, cpu));
+      await measure(gw, stream, streams, 1);
+      runs.push(await measure(gw, stream, streams, pairsPerStream, cpu));
+      await measure(gw, forward, streams, 1);
+      forwards.push(await measure(gw, forward, streams, pairsPerStream));
+      await measure(gw, relay, streams, 1);
+      relays.push(await measure(gw, relay, streams, pairsPerStream));
+      sames.push(await measure(gw, same, streams, pairsPerStream));
+      floors.push(await measure(gw, floor, streams, pairsPerStream, cpu));
       return {
         simulator: gw.backends.mode,
         tokens: TOKENS,
@@ -329,6 +394,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         floor: floors,
         forward: forwards,
         relay: relays,
+        same: sames,
       };
     } finally {
       await forwarder.stop();
@@ -355,14 +421,40 @@ export function reportOverhead(f: OverheadFigures): string {
     "a Worker that relays each event in JavaScript and does nothing else (bench/workers/relay.js, run the same way), ms, p50 / p99",
     "streams  pairs failed | ttft: direct      relay        added       | total: direct     relay        added       |",
     ...f.relay.map((r) => row(r, true)),
+    "the direct request against itself (no Worker: how far two identical calls differ here), ms, p50 / p99",
+    "streams  pairs failed | ttft: direct      again        difference  | total: direct     again        difference  |",
+    ...f.same.map((r) => row(r, true)),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
     "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
   ];
+  const splitRows = (
+    [
+      ["the edge", f.runs],
+      ["relay Worker", f.relay],
+      ["forward Worker", f.forward],
+      ["direct again", f.same],
+    ] as const
+  ).flatMap(([what, list]) =>
+    list.flatMap((r) =>
+      r.split
+        ? [
+            `${what.padEnd(15)} ${String(r.streams).padStart(7)} | ${pair(r.split.toBackend).padEnd(16)} | ${pair(r.split.toClient)}`,
+          ]
+        : [],
+    ),
+  );
+  if (splitRows.length)
+    lines.push(
+      "where the added time to first token goes, from the simulator's records of the same requests (paired differences, ms, p50 / p99)",
+      "side            streams | to the backend   | from its first token to the client",
+      ...splitRows,
+    );
   for (const [what, list] of [
     ["edge", f.runs],
     ["forward", f.forward],
     ["relay", f.relay],
+    ["same", f.same],
     ["floor", f.floor],
   ] as const)
     for (const r of list)
@@ -374,6 +466,7 @@ export function reportOverhead(f: OverheadFigures): string {
     const floor = f.floor.find((x) => x.streams === r.streams);
     const forward = f.forward.find((x) => x.streams === r.streams);
     const relay = f.relay.find((x) => x.streams === r.streams);
+    const same = f.same.find((x) => x.streams === r.streams);
     const worst = (x: PairedRun) =>
       `p50 ${fmt(Math.max(x.added.total.p50, x.added.ttft.p50))} ms, p99 ${fmt(Math.max(x.added.total.p99, x.added.ttft.p99))} ms`;
     lines.push(
@@ -383,7 +476,8 @@ export function reportOverhead(f: OverheadFigures): string {
           ? `; the floor alone adds p50 ${fmt(floor.added.total.p50)} ms, p99 ${fmt(floor.added.total.p99)} ms`
           : "") +
         (forward ? `; a Worker that only forwards adds ${worst(forward)}` : "") +
-        (relay ? `; one that relays each event in JavaScript adds ${worst(relay)}` : ""),
+        (relay ? `; one that relays each event in JavaScript adds ${worst(relay)}` : "") +
+        (same ? `; two identical direct calls differ by ${worst(same)}` : ""),
     );
   }
   return lines.join("\n");

@@ -190,6 +190,15 @@ export type GatewayConfigInput = z.input<typeof GatewayConfig>;
 
 /** The header an editor sends so the edge can cancel a superseded tab request of the same session. */
 export const SESSION_HEADER = "X-Sextant-Session";
+
+/**
+ * A stream that has sent the client nothing for this long sends an SSE comment (`:`). A
+ * connection's close is only noticed when something is written to it, so this bounds how long a
+ * cancelled request can keep its backend busy while the backend is between tokens (or before its
+ * first). Clients ignore comments.
+ */
+export const HEARTBEAT_MS = 20;
+
 /** The header that lowers a request to the background class (experiments, prefetches). */
 export const PRIORITY_HEADER = "X-Sextant-Priority";
 

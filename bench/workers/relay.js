@@ -13,7 +13,10 @@ export default {
     const { pathname, search } = new URL(request.url);
     const upstream = await fetch(`${env.UPSTREAM}${pathname.replace(/^\/v1/, "")}${search}`, {
       method: request.method,
-      headers: { "content-type": request.headers.get("content-type") ?? "application/json" },
+      headers: {
+        "content-type": request.headers.get("content-type") ?? "application/json",
+        "x-request-id": request.headers.get("x-request-id") ?? crypto.randomUUID(),
+      },
       body: request.body,
     });
     if (!upstream.body) return upstream;

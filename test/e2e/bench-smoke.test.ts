@@ -122,25 +122,38 @@ describe("gateway benchmarks (smoke)", () => {
       [4, 8],
     ]);
     expect(figures.floor.map((r) => r.streams)).toEqual([1, 4]);
-    for (const baseline of [figures.forward, figures.relay])
+    for (const baseline of [figures.forward, figures.relay, figures.same])
       expect(baseline.map((r) => [r.streams, r.pairs])).toEqual([
         [1, 10],
         [4, 8],
       ]);
-    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay]) {
+    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay, ...figures.same]) {
       expect(r.failed).toBe(0);
       expect(Number.isFinite(r.added.total.p50) && Number.isFinite(r.added.total.p99)).toBe(true);
     }
+    // Every streamed side is split at the backend by its request id; the floor's GET /health is not recorded.
+    for (const r of [...figures.runs, ...figures.forward, ...figures.relay, ...figures.same])
+      expect(Number.isFinite(r.split?.toBackend.p50) && Number.isFinite(r.split?.toClient.p50)).toBe(true);
+    expect(figures.floor.every((r) => r.split === undefined)).toBe(true);
     // The edge's CPU is read from /proc on Linux, where this runs.
     expect(figures.runs.every((r) => r.edgeCpuMs !== undefined && r.edgeCpuMs > 0)).toBe(true);
     const report = reportOverhead(figures);
     expect(report).toMatch(/target at 4 streams: added p50 [\d.-]+ ms < 1.5 ms (met|MISSED)/);
     expect(report).toMatch(/a Worker that only forwards adds p50 [\d.-]+ ms/);
     expect(report).toMatch(/one that relays each event in JavaScript adds p50 [\d.-]+ ms/);
+    expect(report).toMatch(/two identical direct calls differ by p50 [\d.-]+ ms/);
+    expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
   }, 60_000);
 
   it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
-    const figures = await runCancel({ requests: 5, concurrency: [1, 2], tokensPerSecond: [100], gateway });
+    const figures = await runCancel({
+      requests: 5,
+      concurrency: [1, 2],
+      tokensPerSecond: [100],
+      waitingStreams: [3],
+      waitingMs: 300,
+      gateway,
+    });
     expect(figures.runs.map((r) => [r.tokensPerSecond, r.concurrency, r.requests])).toEqual([
       [100, 1, 5],
       [100, 2, 5],
@@ -149,7 +162,13 @@ describe("gateway benchmarks (smoke)", () => {
       expect(r.neverAborted).toBe(0);
       expect(r.p99).toBeGreaterThanOrEqual(r.p50);
     }
-    expect(reportCancel(figures)).toContain("never aborted upstream");
+    // Streams held before their first token: the edge's CPU is read from /proc on Linux.
+    expect(figures.waiting.map((w) => [w.streams, w.failed])).toEqual([[3, 0]]);
+    expect(figures.waiting[0]!.cpuPercent).toBeGreaterThan(0);
+    expect(Number.isFinite(figures.waiting[0]!.msPerStreamSecond)).toBe(true);
+    const report = reportCancel(figures);
+    expect(report).toContain("never aborted upstream");
+    expect(report).toContain("CPU ms per stream per second");
   }, 60_000);
 
   it("overload runs tab alone, 1x and 2x, never past the endpoint's capacity", async () => {

@@ -3,7 +3,7 @@
  * the retry budget and the deadline, hedge late tab requests, then relay the stream event by event
  * and end a broken one with an explicit error event, never a silent truncation.
  */
-import type { PriorityClass } from "../../protocol/gateway.js";
+import { HEARTBEAT_MS, type PriorityClass } from "../../protocol/gateway.js";
 import { ApiError } from "../problem.js";
 import type { Balancer, Location } from "./balancer.js";
 import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
@@ -88,12 +88,6 @@ interface Attempt {
 
 const encoder = new TextEncoder();
 
-/**
- * A stream that has sent the client nothing for this long sends an SSE comment. A connection's
- * close is only noticed when something is written to it, so this bounds how long a cancelled
- * request can keep its backend busy while the backend is between tokens (or before its first).
- */
-export const HEARTBEAT_MS = 20;
 const HEARTBEAT = new TextEncoder().encode(":\n\n");
 
 /** A retry into an endpoint at most this loaded (its own request included) spends no budget. */
