@@ -11,7 +11,10 @@
  * (the deployable bundle in Miniflare's workerd) on this machine, sharing its cores with the client
  * and the simulator. Two baseline Workers, served the same way, are measured in the same run: one
  * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
- * does nothing else (`bench/workers/relay.js`).
+ * does nothing else (`bench/workers/relay.js`); so is the direct request paired with itself, the
+ * noise under every paired difference. Each request carries an `X-Request-Id` that the simulator
+ * records, which splits the added time to first token at the backend: getting the request there,
+ * and getting its first token back.
  */
 import { randomUUID } from "node:crypto";
 import { pathToFileURL } from "node:url";

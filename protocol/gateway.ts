@@ -55,6 +55,14 @@ export const Endpoint = z
   .strict();
 export type Endpoint = z.infer<typeof Endpoint>;
 
+/**
+ * The default of a pool's `heartbeatMs`: a stream that has sent the client nothing for this long
+ * sends an SSE comment (`:`). A connection's close is only noticed when something is written to
+ * it, so this bounds how long a cancelled request can keep its backend busy while the backend is
+ * between tokens (or before its first). Clients ignore comments.
+ */
+export const HEARTBEAT_MS = 20;
+
 export const Timeouts = z
   .object({
     /** Until the backend's response headers (Workers' fetch does not expose the TCP connect apart). */
@@ -80,6 +88,13 @@ export const Pool = z
     timeouts: Timeouts.prefault({}),
     /** Tab only: send a second request to another region when the first token is this late. */
     hedgeAfterMs: ms(60_000).optional(),
+    /**
+     * Silence after which a stream sends an SSE comment, so that a client's disconnect is noticed
+     * (and its backend request cancelled) within about this long. Every comment costs the edge CPU,
+     * most while streams wait for a long prompt's first token: raise it for pools where a slower
+     * cancellation is acceptable.
+     */
+    heartbeatMs: z.number().int().min(5).max(10_000).default(HEARTBEAT_MS),
     retries: z
       .object({
         /** Attempts per request, the first included. */
@@ -190,14 +205,6 @@ export type GatewayConfigInput = z.input<typeof GatewayConfig>;
 
 /** The header an editor sends so the edge can cancel a superseded tab request of the same session. */
 export const SESSION_HEADER = "X-Sextant-Session";
-
-/**
- * A stream that has sent the client nothing for this long sends an SSE comment (`:`). A
- * connection's close is only noticed when something is written to it, so this bounds how long a
- * cancelled request can keep its backend busy while the backend is between tokens (or before its
- * first). Clients ignore comments.
- */
-export const HEARTBEAT_MS = 20;
 
 /** The header that lowers a request to the background class (experiments, prefetches). */
 export const PRIORITY_HEADER = "X-Sextant-Priority";

@@ -47,7 +47,8 @@ describe("the inference gateway with the openai SDK", () => {
           pools: {
             tab: { role: "tab", models: ["tab-sim"], fim: "qwen2.5-coder", endpoints: endpoints("sim-coder") },
             chat: { role: "chat", models: ["chat-sim"], endpoints: endpoints("sim-coder") },
-            apply: { role: "apply", models: ["apply-sim"], endpoints: endpoints("sim-coder") },
+            // A slower heartbeat than the default: the quiet-stream test compares the two.
+            apply: { role: "apply", models: ["apply-sim"], endpoints: endpoints("sim-coder"), heartbeatMs: 150 },
             "apply-openai": {
               role: "apply",
               models: ["apply-openai-sim"],
@@ -190,8 +191,26 @@ describe("the inference gateway with the openai SDK", () => {
       const named = text.indexOf(": backend=east region=us-east\n\n");
       expect(named).toBeGreaterThanOrEqual(0);
       expect(named).toBeLessThan(text.indexOf("data: "));
-      expect(text.split("\n").filter((line) => line === ":").length).toBeGreaterThan(3);
+      const comments = (body: string) => body.split("\n").filter((line) => line === ":").length;
+      expect(comments(text)).toBeGreaterThan(3);
       expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+
+      // The apply pool's heartbeat is 150 ms: at most one comment in each 200 ms gap.
+      const slow = await fetch(`${gw.edge.baseURL}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
+        body: JSON.stringify({
+          model: "apply-sim",
+          messages: [{ role: "user", content: "apply" }],
+          max_tokens: 3,
+          stream: true,
+        }),
+      });
+      const slowText = await slow.text();
+      expect(slowText.trimEnd().endsWith("data: [DONE]")).toBe(true);
+      expect(comments(slowText)).toBeGreaterThanOrEqual(1);
+      expect(comments(slowText)).toBeLessThan(comments(text));
+      expect(comments(slowText)).toBeLessThanOrEqual(4);
 
       const stream = await gw
         .openai()

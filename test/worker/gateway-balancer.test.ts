@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { GatewayConfig, userShare, type GatewayConfigInput } from "../../protocol/gateway.js";
+import { GatewayConfig, HEARTBEAT_MS, userShare, type GatewayConfigInput } from "../../protocol/gateway.js";
 import { Balancer, distanceKm } from "../../workers/gateway/balancer.js";
 import type { ResolvedEndpoint, ResolvedPool } from "../../workers/gateway/config.js";
 import { FIM_TEMPLATES, foldPrediction, renderFim } from "../../workers/gateway/prompts.js";
@@ -171,6 +171,12 @@ describe("capacity, classes and slow start", () => {
     expect(balancer.admitRamp(pool, "anyone", true, 55_000)).toEqual({ ok: true, capacityShare: 1 });
     const refused = balancer.admitRamp(pool, users.find((u) => userShare(u) > 0.9)!, false, 52_000);
     expect(refused).toEqual({ ok: false, reason: "ramp", retryAfterSeconds: 8 });
+  });
+
+  it("heartbeats every 20 ms by default, at a pool's own interval within 5 ms to 10 s otherwise", () => {
+    expect(setup().pool.heartbeatMs).toBe(HEARTBEAT_MS);
+    expect(setup({}, { heartbeatMs: 250 }).pool.heartbeatMs).toBe(250);
+    for (const heartbeatMs of [0, 4, 10_001, 12.5]) expect(() => setup({}, { heartbeatMs })).toThrow(/heartbeatMs/);
   });
 
   it("refuses a pool in total outage", () => {

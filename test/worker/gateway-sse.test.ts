@@ -39,6 +39,20 @@ describe("reading a backend's event stream", () => {
     expect(b.state.cancelled).toBe(false);
   });
 
+  it("says when [DONE] came with the last events, once every event before it is taken", async () => {
+    const b = body();
+    const reader = new SseReader(b.stream);
+    b.send('data: {"n":1}\n\n');
+    expect(await reader.next(1_000)).toEqual({ type: "event", data: '{"n":1}' });
+    expect(reader.drainedToDone).toBe(false);
+    b.send('data: {"n":2}\n\ndata: {"n":3}\n\ndata: [DONE]\n\n');
+    expect(await reader.next(1_000)).toEqual({ type: "event", data: '{"n":2}' });
+    expect(reader.drainedToDone).toBe(false); // {"n":3} is still queued
+    expect(reader.shift()).toEqual({ type: "event", data: '{"n":3}' });
+    expect(reader.drainedToDone).toBe(true);
+    expect(await reader.next(1_000)).toEqual({ type: "end", done: true });
+  });
+
   it("reports a body that ends without [DONE] as an end that is not done", async () => {
     const b = body();
     const reader = new SseReader(b.stream);
@@ -46,6 +60,7 @@ describe("reading a backend's event stream", () => {
     b.end();
     expect(await reader.next(1_000)).toEqual({ type: "event", data: '{"n":1}' });
     expect(await reader.next(1_000)).toEqual({ type: "end", done: false });
+    expect(reader.drainedToDone).toBe(false);
   });
 
   it("times out after the given silence and cancels the backend's stream", async () => {

@@ -3,7 +3,7 @@
  * the retry budget and the deadline, hedge late tab requests, then relay the stream event by event
  * and end a broken one with an explicit error event, never a silent truncation.
  */
-import { HEARTBEAT_MS, type PriorityClass } from "../../protocol/gateway.js";
+import type { PriorityClass } from "../../protocol/gateway.js";
 import { ApiError } from "../problem.js";
 import type { Balancer, Location } from "./balancer.js";
 import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
@@ -672,6 +672,9 @@ function relay(
         if (!more) break;
         item = more;
       }
+      // The backend's last events and its `[DONE]` usually come together: end in the same write.
+      if (item.type === "event" && problem === undefined && outcome.reader.drainedToDone)
+        item = { type: "end", done: true };
       if (out) emit(out);
       if (item.type === "event" && problem === undefined) {
         if (emitted) return true;
@@ -706,9 +709,10 @@ function relay(
   // JavaScript stream that the response pulls from.
   const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
-  // The heartbeat fires only after HEARTBEAT_MS of silence, so a stream that is flowing never
-  // writes one. Writes only note the time; the one timer re-arms itself for the rest of the
+  // The heartbeat fires only after the pool's `heartbeatMs` of silence, so a stream that is
+  // flowing never writes one. Writes only note the time; the one timer re-arms itself for the rest of the
   // silence when it finds a write since, instead of every write clearing and setting a timer.
+  const heartbeatMs = req.pool.heartbeatMs;
   let lastWrite = Date.now();
   let heartbeat: ReturnType<typeof setTimeout> | undefined;
   /** A write the client has not taken yet: it fails by itself if the client goes away. */
@@ -717,17 +721,17 @@ function relay(
     heartbeat = undefined;
     if (closed) return;
     const silent = Date.now() - lastWrite;
-    if (silent >= HEARTBEAT_MS) {
+    if (silent >= heartbeatMs) {
       if (!writing) writer.write(HEARTBEAT).catch(onAbort);
       lastWrite = Date.now();
     }
-    heartbeat = setTimeout(beat, Math.max(1, HEARTBEAT_MS - (Date.now() - lastWrite)));
+    heartbeat = setTimeout(beat, Math.max(1, heartbeatMs - (Date.now() - lastWrite)));
   };
   const stopHeartbeat = () => {
     if (heartbeat !== undefined) clearTimeout(heartbeat);
     heartbeat = undefined;
   };
-  heartbeat = setTimeout(beat, HEARTBEAT_MS);
+  heartbeat = setTimeout(beat, heartbeatMs);
   // A client that cancels the response errors the writable side, even with no write pending.
   writer.closed.catch(onAbort);
 

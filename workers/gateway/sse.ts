@@ -54,6 +54,14 @@ export class SseReader {
   }
 
   /**
+   * Whether `[DONE]` has already been received and every event before it taken: the answer is
+   * whole, and its last events can go out together with the end instead of a write before it.
+   */
+  get drainedToDone(): boolean {
+    return this.sawDone && this.queue.length === 0 && !this.parseError && !this.timedOut;
+  }
+
+  /**
    * The next event, the end, a parse error, or a timeout after `timeoutMs` of silence. A timeout
    * ends the stream (the caller gives up on it). One timer per reader serves every wait: it is
    * re-armed only when it fires before the current deadline, so tokens arriving faster than the
