@@ -710,8 +710,9 @@ function relay(
   const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
   // The heartbeat fires only after the pool's `heartbeatMs` of silence, so a stream that is
-  // flowing never writes one. Writes only note the time; the one timer re-arms itself for the rest of the
-  // silence when it finds a write since, instead of every write clearing and setting a timer.
+  // flowing never writes one. Writes only note the time; the one timer re-arms itself for the
+  // rest of the silence when it finds a write since, instead of every write clearing and setting
+  // a timer.
   const heartbeatMs = req.pool.heartbeatMs;
   let lastWrite = Date.now();
   let heartbeat: ReturnType<typeof setTimeout> | undefined;
