@@ -275,21 +275,6 @@ function sides(
   };
 }
 
-/** Each side's time to reach the backend and from the backend's first token back, by request id. */
-async function splits(
-  gw: BenchGateway,
-  timings: Timing[],
-): Promise<Map<string, { toBackend: number; toClient: number }>> {
-  const sent = new Map(timings.map((t) => [t.id, t]));
-  const out = new Map<string, { toBackend: number; toClient: number }>();
-  for (const r of await gw.backends.records(BACKEND)) {
-    const t = sent.get(r.requestId);
-    if (t && r.firstTokenAt !== undefined)
-      out.set(r.requestId, { toBackend: r.receivedAt - t.sentAt, toClient: t.firstAt - r.firstTokenAt });
-  }
-  return out;
-}
-
 async function measure(
   gw: BenchGateway,
   pair: { direct: Side; edge: Side },
@@ -336,14 +321,21 @@ async function measure(
   };
 }
 
+/**
+ * The pairs' added time to first token, split at the backend by the simulator's records of the
+ * same requests; nothing when any request went unrecorded (`GET /health` is not recorded).
+ */
 async function split(gw: BenchGateway, good: { direct: Timing; edge: Timing }[]): Promise<Pick<PairedRun, "split">> {
-  const parts = await splits(
-    gw,
-    good.flatMap((p) => [p.direct, p.edge]),
-  );
+  const records = new Map((await gw.backends.records(BACKEND)).map((r) => [r.requestId, r]));
+  const parts = (t: Timing) => {
+    const r = records.get(t.id);
+    return r?.firstTokenAt === undefined
+      ? undefined
+      : { toBackend: r.receivedAt - t.sentAt, toClient: t.firstAt - r.firstTokenAt };
+  };
   const both = good.flatMap((p) => {
-    const direct = parts.get(p.direct.id);
-    const edge = parts.get(p.edge.id);
+    const direct = parts(p.direct);
+    const edge = parts(p.edge);
     return direct && edge ? [{ direct, edge }] : [];
   });
   if (both.length < good.length) return {};
@@ -413,36 +405,55 @@ export function reportOverhead(f: OverheadFigures): string {
     (ttft ? `${pair(r.direct.ttft)}  ${pair(r.edge.ttft)}  ${pair(r.added.ttft)} | ` : "") +
     `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)} | ` +
     (r.edgeCpuMs !== undefined ? fmt(r.edgeCpuMs).padStart(8) : "       -");
+  /** A baseline's rows under its title, its columns named after it. */
+  const table = (title: string, name: string, added: string, runs: PairedRun[]) => {
+    const columns = `${name.padEnd(13)}${added.padEnd(12)}|`;
+    return [
+      `${title}, ms, p50 / p99`,
+      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns}`,
+      ...runs.map((r) => row(r, true)),
+    ];
+  };
   const lines = [
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
     "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | edge CPU ms/request",
     "(edge CPU: all the edge's processes used during the run over its requests, idle work such as probes included, so it is high when requests are few)",
     ...f.runs.map((r) => row(r, true)),
-    "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams, ms, p50 / p99",
-    "streams  pairs failed | ttft: direct      forward      added       | total: direct     forward      added       |",
-    ...f.forward.map((r) => row(r, true)),
-    "a Worker that relays each event in JavaScript and does nothing else (bench/workers/relay.js, run the same way), ms, p50 / p99",
-    "streams  pairs failed | ttft: direct      relay        added       | total: direct     relay        added       |",
-    ...f.relay.map((r) => row(r, true)),
-    "the direct request against itself (no Worker: how far two identical calls differ here), ms, p50 / p99",
-    "streams  pairs failed | ttft: direct      again        difference  | total: direct     again        difference  |",
-    ...f.same.map((r) => row(r, true)),
+    ...table(
+      "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams",
+      "forward",
+      "added",
+      f.forward,
+    ),
+    ...table(
+      "a Worker that relays each event in JavaScript and does nothing else (bench/workers/relay.js, run the same way)",
+      "relay",
+      "added",
+      f.relay,
+    ),
+    ...table(
+      "the direct request against itself (no Worker: how far two identical calls differ here)",
+      "again",
+      "difference",
+      f.same,
+    ),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
     "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
   ];
-  const splitRows = (
-    [
-      ["the edge", f.runs],
-      ["relay Worker", f.relay],
-      ["forward Worker", f.forward],
-      ["direct again", f.same],
-    ] as const
-  ).flatMap(([what, list]) =>
+  /** Every measured side: its name in failure lines, and in the split table (the floor has no split). */
+  const measured = [
+    ["edge", "the edge", f.runs],
+    ["relay", "relay Worker", f.relay],
+    ["forward", "forward Worker", f.forward],
+    ["same", "direct again", f.same],
+    ["floor", "floor", f.floor],
+  ] as const;
+  const splitRows = measured.flatMap(([, label, list]) =>
     list.flatMap((r) =>
       r.split
         ? [
-            `${what.padEnd(15)} ${String(r.streams).padStart(7)} | ${pair(r.split.toBackend).padEnd(16)} | ${pair(r.split.toClient)}`,
+            `${label.padEnd(15)} ${String(r.streams).padStart(7)} | ${pair(r.split.toBackend).padEnd(16)} | ${pair(r.split.toClient)}`,
           ]
         : [],
     ),
@@ -453,13 +464,7 @@ export function reportOverhead(f: OverheadFigures): string {
       "side            streams | to the backend   | from its first token to the client",
       ...splitRows,
     );
-  for (const [what, list] of [
-    ["edge", f.runs],
-    ["forward", f.forward],
-    ["relay", f.relay],
-    ["same", f.same],
-    ["floor", f.floor],
-  ] as const)
+  for (const [what, , list] of measured)
     for (const r of list)
       for (const [why, n] of Object.entries(r.failures))
         lines.push(`${what} failed at ${r.streams} streams, ${n}x: ${why}`);
