@@ -6,6 +6,8 @@
  * The recognisable prefix lets secret scanners find leaked keys, and the checksum lets
  * the edge turn away garbage without a database lookup.
  */
+import { bytesToHex } from "@noble/hashes/utils.js";
+
 export const API_KEY_PREFIX = "sxt_";
 const BODY_LENGTH = 40;
 const CHECKSUM_LENGTH = 6;
@@ -65,5 +67,5 @@ export function displayPrefix(key: string): string {
 /** Lower-case hex SHA-256: the only form of a key the edge ever stores. */
 export async function hashApiKey(key: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(key));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return bytesToHex(new Uint8Array(digest));
 }

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { GatewayConfig, HEARTBEAT_MS, userShare, type GatewayConfigInput } from "../../protocol/gateway.js";
 import { Balancer, distanceKm } from "../../workers/gateway/balancer.js";
-import type { ResolvedEndpoint, ResolvedPool } from "../../workers/gateway/config.js";
+import { loadGateway, type ResolvedEndpoint, type ResolvedPool } from "../../workers/gateway/config.js";
 import { FIM_TEMPLATES, foldPrediction, renderFim } from "../../workers/gateway/prompts.js";
 
 const VIRGINIA = { latitude: 39.04, longitude: -77.49 };
@@ -34,14 +34,41 @@ function setup(input: Partial<GatewayConfigInput> = {}, pool: Record<string, unk
     },
     ...input,
   });
-  const resolved: ResolvedPool = { ...config.pools.tab!, name: "tab" };
+  const resolved: ResolvedPool = { ...config.pools.tab!, name: "tab", spread: true };
   const endpoints = new Map<string, ResolvedEndpoint>(
-    resolved.endpoints.map((e) => [e.id, { ...e, healthUrl: `http://${e.id}.test/health`, topClass: "tab" as const }]),
+    resolved.endpoints.map((e) => [
+      e.id,
+      { ...e, healthUrl: `http://${e.id}.test/health`, base: e.url, topClass: "tab" as const },
+    ]),
   );
   return { config, pool: resolved, endpoints, balancer: new Balancer(config) };
 }
 
 describe("region selection", () => {
+  it("reads the caller's location only for a pool whose endpoints sit at more than one place", () => {
+    const tab = { role: "tab", models: ["tab-model"], fim: "qwen2.5-coder" };
+    const gateway = loadGateway({
+      GATEWAY_CONFIG: JSON.stringify({
+        pools: {
+          one: { ...tab, endpoints: [endpoint("use-1", "us-east", VIRGINIA), endpoint("use-2", "us-east", VIRGINIA)] },
+          two: {
+            ...tab,
+            models: ["other"],
+            endpoints: [
+              { ...endpoint("use-3", "us-east", VIRGINIA), url: "http://use-3.test/v1//" },
+              endpoint("euw-1", "eu-west", LONDON),
+            ],
+          },
+        },
+      }),
+    } as unknown as Env)!;
+    expect(gateway.pools.map((p) => [p.name, p.spread])).toEqual([
+      ["one", false],
+      ["two", true],
+    ]);
+    expect(gateway.endpoints.get("use-3")!.base).toBe("http://use-3.test/v1");
+  });
+
   it("measures great-circle distances", () => {
     expect(distanceKm(VIRGINIA, VIRGINIA)).toBe(0);
     expect(distanceKm(LONDON, PARIS)).toBeGreaterThan(330);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { LIMIT_CLASSES } from "../../protocol/limits.js";
 import type { Principal } from "../../workers/auth/principal.js";
-import { ipPrefix, limitsFor, loadLimits } from "../../workers/limits/policy.js";
+import { cachedLimitsFor, ipPrefix, limitsFor, loadLimits } from "../../workers/limits/policy.js";
 
 function principal(plan: "free" | "pro" | "business", extra: Partial<Principal> = {}): Principal {
   const createdAt = new Date().toISOString();
@@ -36,6 +36,28 @@ describe("IP prefixes", () => {
 });
 
 describe("which limits a request spends", () => {
+  it("builds a principal's plan once per class and network, and again when a throttle ends", () => {
+    const config = loadLimits({ RATE_LIMITS: "" } as unknown as Env);
+    const caller = { principal: principal("free"), prefix: "203.0.113.0/24", prefixThrottled: false };
+    const plan = cachedLimitsFor(config, "tab", caller);
+    expect(plan).toEqual(limitsFor(config, "tab", caller));
+    expect(cachedLimitsFor(config, "tab", { ...caller })).toBe(plan);
+    expect(cachedLimitsFor(config, "chat", caller)).not.toBe(plan);
+    expect(cachedLimitsFor(config, "tab", { ...caller, prefix: "198.51.100.0/24" })).not.toBe(plan);
+    expect(cachedLimitsFor(config, "tab", { ...caller, prefixThrottled: true }).checks.length).toBeGreaterThan(
+      plan.checks.length,
+    );
+    // Another principal object (the key cache refreshed it) gets its own plan.
+    expect(cachedLimitsFor(config, "tab", { ...caller, principal: principal("free") })).not.toBe(plan);
+
+    const throttle = { reason: "test", until: Date.now() + 60_000 };
+    const throttled = { ...caller, principal: principal("free", { throttle }) };
+    const strict = cachedLimitsFor(config, "tab", throttled);
+    expect(strict.checks.some((c) => c.identity.endsWith(":throttled"))).toBe(true);
+    throttle.until = Date.now() - 1;
+    expect(cachedLimitsFor(config, "tab", throttled).checks.some((c) => c.identity.endsWith(":throttled"))).toBe(false);
+  });
+
   it("uses the plan's limits per class and scope, and the network's only for the free tier", async () => {
     const merged = loadLimits({ RATE_LIMITS: "" } as unknown as Env);
     const free = limitsFor(merged, "tab", {

@@ -21,11 +21,15 @@ export type Surface = "completions" | "chat" | "embeddings";
 
 export interface ResolvedPool extends Pool {
   name: string;
+  /** Its endpoints sit at more than one place, so the caller's location orders them. */
+  spread: boolean;
 }
 
 /** An endpoint as the router sees it: shared by every pool that lists it. */
 export interface ResolvedEndpoint extends Endpoint {
   healthUrl: string;
+  /** `url` without trailing slashes: the API paths are appended to it. */
+  base: string;
   /**
    * The highest class any pool listing this endpoint serves. A lower class is held to its share of
    * the endpoint only when a higher one may need the room; alone on its endpoints it uses them all.
@@ -100,13 +104,23 @@ const SURFACE_ROLES: Record<Surface, PoolRole[]> = {
 };
 
 function resolve(config: GatewayConfig): Gateway {
-  const pools = Object.entries(config.pools).map(([name, pool]) => ({ ...pool, name }));
+  const pools = Object.entries(config.pools).map(([name, pool]) => ({
+    ...pool,
+    name,
+    spread: new Set(pool.endpoints.map((e) => `${e.latitude},${e.longitude}`)).size > 1,
+  }));
   const endpoints = new Map<string, ResolvedEndpoint>();
   for (const pool of pools)
     for (const endpoint of pool.endpoints) {
       const cls = poolClass(pool.role);
       const known = endpoints.get(endpoint.id);
-      if (!known) endpoints.set(endpoint.id, { ...endpoint, healthUrl: healthUrl(endpoint), topClass: cls });
+      if (!known)
+        endpoints.set(endpoint.id, {
+          ...endpoint,
+          healthUrl: healthUrl(endpoint),
+          base: endpoint.url.replace(/\/+$/, ""),
+          topClass: cls,
+        });
       else if (PRIORITY_CLASSES.indexOf(cls) < PRIORITY_CLASSES.indexOf(known.topClass)) known.topClass = cls;
     }
   const byModel = new Map<string, ResolvedPool>();

@@ -157,7 +157,7 @@ async function attempt(
   );
   let response: Response;
   try {
-    response = await fetch(`${endpoint.url.replace(/\/+$/, "")}${PATHS[req.surface]}`, {
+    response = await fetch(`${endpoint.base}${PATHS[req.surface]}`, {
       method: "POST",
       headers,
       body: JSON.stringify(upstreamBody(req, endpoint)),
@@ -764,6 +764,8 @@ function relay(
     }
     stopHeartbeat();
     await writer.close();
+    // The bookkeeping waits a turn, so that the end of the body leaves first.
+    if (completed) await new Promise((resolve) => setTimeout(resolve, 0));
     completed?.();
   };
   req.waitUntil(

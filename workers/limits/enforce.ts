@@ -12,7 +12,7 @@ import { recordThrottle } from "../db/abuse.js";
 import { database } from "../db/client.js";
 import { ApiError } from "../problem.js";
 import { IsolateLimiter, rateLimitHeaders, type Decision } from "./limiter.js";
-import { ipPrefix, limitsFor, loadLimits } from "./policy.js";
+import { cachedLimitsFor, ipPrefix, limitsFor, loadLimits } from "./policy.js";
 
 let limiter: IsolateLimiter | undefined;
 
@@ -89,7 +89,7 @@ export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: b
   const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
   const prefix = ipPrefix(c.req.header("CF-Connecting-IP"));
   const principal = c.get("principal");
-  const plan = limitsFor(config, cls, {
+  const plan = cachedLimitsFor(config, cls, {
     principal,
     prefix,
     prefixThrottled: prefix !== undefined && isolate.throttleOf(`ip:${prefix}`) !== null,
@@ -147,7 +147,9 @@ export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: b
 
   let released = false;
   return {
-    headers: rateLimitHeaders(decision.state),
+    get headers() {
+      return rateLimitHeaders(decision.state);
+    },
     release() {
       if (released) return;
       released = true;

@@ -287,7 +287,14 @@ export class IsolateLimiter {
         now = this.now();
       }
     }
-    return { ok: true, state: this.state(checks, now) };
+    // Read for the response's RateLimit fields, after the request is on its way.
+    const limiter = this;
+    return {
+      ok: true,
+      get state() {
+        return limiter.state(checks, now);
+      },
+    };
   }
 
   /** Charges spent units after the fact (tokens from metered usage): debt settled at the next lease. */

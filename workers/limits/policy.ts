@@ -104,6 +104,26 @@ export interface Plan {
   tokens: Check[];
 }
 
+const plans = new WeakMap<LimitsConfig, WeakMap<Principal, Map<string, Plan>>>();
+
+/**
+ * `limitsFor`, built once per principal (the key cache's object, replaced when it refreshes) and
+ * class rather than on every request: the hot path only looks it up.
+ */
+export function cachedLimitsFor(config: LimitsConfig, cls: LimitClass, caller: Caller): Plan {
+  const { principal } = caller;
+  if (!principal) return limitsFor(config, cls, caller);
+  const throttled = principal.throttle ? principal.throttle.until > Date.now() : false;
+  const key = `${cls}\0${caller.prefix ?? ""}\0${caller.prefixThrottled}\0${throttled}`;
+  let byPrincipal = plans.get(config);
+  if (!byPrincipal) plans.set(config, (byPrincipal = new WeakMap()));
+  let byKey = byPrincipal.get(principal);
+  if (!byKey) byPrincipal.set(principal, (byKey = new Map()));
+  let plan = byKey.get(key);
+  if (!plan) byKey.set(key, (plan = limitsFor(config, cls, caller)));
+  return plan;
+}
+
 /** Every limit a request of class `cls` spends. */
 export function limitsFor(config: LimitsConfig, cls: LimitClass, caller: Caller): Plan {
   const plan: Plan = { checks: [], concurrency: [], tokens: [] };
