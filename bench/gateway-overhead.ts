@@ -93,19 +93,19 @@ export function overheadPart(): BenchPart {
   };
 }
 
-interface Timing {
+export interface Timing {
   /** Why it failed: a status and the start of the body, or the network error. */
   failure?: string;
-  /** Until the first body bytes holding an event (for a plain GET, the first body bytes). */
+  /** Until the first body bytes holding a data event, the first token (0 when none came). */
   ttft: number;
   total: number;
-  /** The request's `X-Request-Id`, which the simulator records; when it was sent and its first bytes came (`clock`). */
+  /** The request's `X-Request-Id`, which the simulator records; when it was sent and its first token came (`clock`). */
   id: string;
   sentAt: number;
   firstAt: number;
 }
 
-interface Side {
+export interface Side {
   url: string;
   init: RequestInit;
   complete(response: Response, text: string): boolean;
@@ -121,7 +121,10 @@ function safeJson(text: string): unknown {
   }
 }
 
-async function send(side: Side): Promise<Timing> {
+const FIRST_EVENT = /(?:^|\n)data: /;
+
+/** One request, timed to its first token (not its first bytes) and to the end of its body. */
+export async function send(side: Side): Promise<Timing> {
   const id = `bench-overhead-${randomUUID()}`;
   const headers = { ...(side.init.headers as Record<string, string> | undefined), "x-request-id": id };
   const sentAt = clock();
@@ -133,11 +136,13 @@ async function send(side: Side): Promise<Timing> {
     const response = await fetch(side.url, { ...side.init, headers, signal: AbortSignal.timeout(60_000) });
     const decoder = new TextDecoder();
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-      if (!ttft) {
+      text += decoder.decode(chunk, { stream: true });
+      // The first token, not the first bytes: the edge may send an SSE comment before it (its
+      // heartbeat, while the backend is still silent), which no client counts as a token.
+      if (!ttft && FIRST_EVENT.test(text)) {
         ttft = performance.now() - started;
         firstAt = clock();
       }
-      text += decoder.decode(chunk, { stream: true });
     }
     const total = performance.now() - started;
     if (side.complete(response, text)) return { ttft, total, id, sentAt, firstAt };

@@ -1,4 +1,6 @@
 import { spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
@@ -12,7 +14,7 @@ import {
   type FailoverMode,
 } from "../../bench/gateway-failover.js";
 import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixture.js";
-import { overheadPart, reportOverhead, runOverhead } from "../../bench/gateway-overhead.js";
+import { overheadPart, reportOverhead, runOverhead, send } from "../../bench/gateway-overhead.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
@@ -144,6 +146,24 @@ describe("gateway benchmarks (smoke)", () => {
     expect(report).toMatch(/two identical direct calls differ by p50 [\d.-]+ ms/);
     expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
   }, 60_000);
+
+  it("overhead times the first token, not an SSE comment sent before it", async () => {
+    const server = createServer((_, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(":\n\n");
+      setTimeout(() => res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n'), 80);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+      const timing = await send({ url, init: {}, complete: (r) => r.ok });
+      expect(timing.failure).toBeUndefined();
+      expect(timing.ttft).toBeGreaterThanOrEqual(70);
+      expect(timing.total).toBeGreaterThanOrEqual(timing.ttft);
+    } finally {
+      server.close();
+    }
+  });
 
   it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
     const figures = await runCancel({

@@ -33,6 +33,8 @@ export interface ProxyRequest {
   from: Location;
   /** Aborts when the client goes away or a newer request of its session supersedes it. */
   signal: AbortSignal;
+  /** Aborts `signal`: the client cancelled a stream that had already begun. */
+  cancel(reason: Error): void;
   secrets: Record<string, string | undefined>;
   requestId: string;
   /** Called exactly once, when the request is over (after the last streamed byte). */
@@ -265,13 +267,7 @@ export function errorEvent(code: string, message: string, requestId: string): st
  * still fails over and hedges, unseen by the client, and a stream that no backend could serve ends
  * with one explicit `event: error`. A JSON answer is returned whole, from whichever backend gave it.
  */
-export async function proxy(given: ProxyRequest): Promise<Response> {
-  // The request's own signal, which also aborts when the client cancels a stream already begun.
-  const local = new AbortController();
-  const follow = () => local.abort(given.signal.reason);
-  if (given.signal.aborted) follow();
-  else given.signal.addEventListener("abort", follow, { once: true });
-  const req: ProxyRequest = { ...given, signal: local.signal };
+export async function proxy(req: ProxyRequest): Promise<Response> {
   const { balancer, pool } = req;
   const started = Date.now();
   const deadline = started + pool.timeouts.deadlineMs;
@@ -463,7 +459,7 @@ export async function proxy(given: ProxyRequest): Promise<Response> {
     accepted.then(() => undefined),
   ]);
   if (refused) throw refused.error;
-  return relay(req, decided, usage, finish, resume, local);
+  return relay(req, decided, usage, finish, resume);
 }
 
 /** The attempt that answered, and how to give its endpoint slot back. */
@@ -555,7 +551,6 @@ function relay(
   usage: Usage,
   finish: (result: Finish) => void,
   resume: (sent: string, tokens: number, failedOn: Attempt) => Promise<Leg | undefined>,
-  local: AbortController,
 ): Response {
   // Settled by the first read; until then a refusal must not surface as an unhandled rejection.
   winner.catch(() => {});
@@ -571,7 +566,7 @@ function relay(
     if (!leg) {
       // Still deciding: stop every attempt. A refusal is accounted by the decision itself; a win
       // that arrives anyway is given back here.
-      local.abort(new Error("client went away"));
+      req.cancel(new Error("client went away"));
       winner.then(
         (win) => {
           if (win.outcome.kind === "stream") win.outcome.reader.cancel();

@@ -3,6 +3,7 @@
  * `/v1/embeddings` and `/v1/models`. The official `openai` SDK works with `baseURL` set to the edge.
  */
 import { Hono, type Context } from "hono";
+import { createMiddleware } from "hono/factory";
 import { z } from "zod";
 import { PRIORITY_HEADER, SESSION_HEADER, type PriorityClass } from "../../protocol/gateway.js";
 import type { AppEnv } from "../app-env.js";
@@ -155,6 +156,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     // `request.cf` is decoded on every read: only a pool spread over places needs it.
     from: pool.spread ? location(c, gateway.config.defaultLocation) : gateway.config.defaultLocation,
     signal: controller.signal,
+    cancel: (reason) => controller.abort(reason),
     secrets: c.env as unknown as Record<string, string | undefined>,
     requestId: c.var.requestId,
     finish,
@@ -166,6 +168,15 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   return response;
 }
 
+/**
+ * Starts reading the body while the key is checked, so that the two waits overlap; `jsonBody`
+ * takes the same read (Hono keeps it). The body limit has already been applied.
+ */
+const readAhead = createMiddleware<AppEnv>(async (c, next) => {
+  c.req.text().catch(() => {});
+  await next();
+});
+
 export const gateway = new Hono<AppEnv>()
   .get("/models", requireApiKey, (c) => {
     const { gateway } = gatewayOr503(c);
@@ -174,6 +185,10 @@ export const gateway = new Hono<AppEnv>()
       data: gateway.models().map((m) => ({ id: m.id, object: "model", created: 0, owned_by: "sextant", role: m.role })),
     });
   })
-  .post("/completions", requireApiKey, async (c) => handle(c, "completions", await jsonBody(c, CompletionRequest)))
-  .post("/chat/completions", requireApiKey, async (c) => handle(c, "chat", await jsonBody(c, ChatRequest)))
-  .post("/embeddings", requireApiKey, async (c) => handle(c, "embeddings", await jsonBody(c, EmbeddingRequest)));
+  .post("/completions", readAhead, requireApiKey, async (c) =>
+    handle(c, "completions", await jsonBody(c, CompletionRequest)),
+  )
+  .post("/chat/completions", readAhead, requireApiKey, async (c) => handle(c, "chat", await jsonBody(c, ChatRequest)))
+  .post("/embeddings", readAhead, requireApiKey, async (c) =>
+    handle(c, "embeddings", await jsonBody(c, EmbeddingRequest)),
+  );
