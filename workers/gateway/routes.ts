@@ -170,7 +170,8 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
 
 /**
  * Starts reading the body while the key is checked, so that the two waits overlap; `jsonBody`
- * takes the same read (Hono keeps it). The body limit has already been applied.
+ * takes the same read (Hono keeps it), and the body-size limit applies to it as to any read. A
+ * request refused before `jsonBody` drops the read unawaited.
  */
 const readAhead = createMiddleware<AppEnv>(async (c, next) => {
   c.req.text().catch(() => {});

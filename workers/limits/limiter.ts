@@ -288,11 +288,11 @@ export class IsolateLimiter {
       }
     }
     // Read for the response's RateLimit fields, after the request is on its way.
-    const limiter = this;
+    const state = () => this.state(checks, now);
     return {
       ok: true,
       get state() {
-        return limiter.state(checks, now);
+        return state();
       },
     };
   }
