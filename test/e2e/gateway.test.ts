@@ -411,13 +411,17 @@ describe("the inference gateway with the openai SDK", () => {
     const client = gw.openai({ apiKey: account.apiKey });
     let spent = 0;
     let refusal: InstanceType<typeof OpenAI.APIError> | undefined;
+    const fields: (string | null)[][] = [];
     for (let i = 0; i < 10 && !refusal; i++) {
       try {
-        const c = await client.chat.completions.create({
-          model: "chat-sim",
-          messages: [{ role: "user", content: "x".repeat(16) }],
-          max_tokens: 16,
-        });
+        const { data: c, response } = await client.chat.completions
+          .create({
+            model: "chat-sim",
+            messages: [{ role: "user", content: "x".repeat(16) }],
+            max_tokens: 16,
+          })
+          .withResponse();
+        fields.push([response.headers.get("ratelimit-policy"), response.headers.get("ratelimit")]);
         spent += c.usage!.total_tokens;
       } catch (err) {
         if (!(err instanceof OpenAI.APIError)) throw err;
@@ -428,6 +432,12 @@ describe("the inference gateway with the openai SDK", () => {
     expect(refusal?.status).toBe(429);
     expect(refusal?.message).toMatch(/60 chat tokens per minute per API key/);
     expect(refusal?.headers?.get("ratelimit")).toMatch(/^"chat-tokens-key";r=0;t=\d+$/);
+    // Admitted answers carry the fields too, read after the backend call.
+    expect(fields.length).toBeGreaterThan(0);
+    for (const [policy, field] of fields) {
+      expect(policy).toContain('"chat-tokens-key";q=60;w=60');
+      expect(field).toMatch(/^"[a-z-]+";r=\d+;t=\d+$/);
+    }
     // Refused once the limit was spent, not before and not long after.
     expect(spent).toBeGreaterThanOrEqual(60);
     expect(spent).toBeLessThan(60 + 2 * 20);
