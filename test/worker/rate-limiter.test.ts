@@ -2,7 +2,7 @@ import { env } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { lease, refill } from "../../durable-objects/rate-limiter.js";
-import { IsolateLimiter, rateLimitHeaders, type Check } from "../../workers/limits/limiter.js";
+import { IsolateLimiter, rateLimitHeaders, type Check, type LimiterStub } from "../../workers/limits/limiter.js";
 
 const SETTINGS = { maxShare: 0.005, ttlMs: 1_000 };
 let objects = 0;
@@ -210,5 +210,48 @@ describe("several buckets of one identity", () => {
     });
     expect(decision.ok).toBe(true);
     await Promise.all(pending);
+  });
+});
+
+describe("charging tokens after the response", () => {
+  it("calls the limiter object for debt or a lease running low only, and once for a burst", async () => {
+    const stub = limiterObject();
+    let calls = 0;
+    const counted: LimiterStub = {
+      lease(requests) {
+        calls++;
+        return stub.lease(requests);
+      },
+    };
+    const isolate = new IsolateLimiter(() => counted, SETTINGS);
+    const tokens = {
+      identity: "key:t",
+      policy: "chat-tokens-key",
+      bucket: { name: "chat:tokens", limit: 4_000_000, windowMs: 3_600_000 },
+      describe: "test limit",
+    };
+    const pending: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void pending.push(p);
+    const settle = () => Promise.all(pending.splice(0));
+
+    // Nothing is leased yet, so each charge is debt: the burst shares one call, which settles the
+    // debt and leases about a second's worth at the rate seen (500 tokens).
+    for (let i = 0; i < 5; i++) isolate.charge(tokens, 100, waitUntil);
+    expect(calls).toBe(0); // off the charging request's path
+    await settle();
+    expect(calls).toBe(1);
+    // Charges the lease covers cost no call while more than half of it is left.
+    isolate.charge(tokens, 100, waitUntil);
+    isolate.charge(tokens, 100, waitUntil);
+    await settle();
+    expect(calls).toBe(1);
+    // Below half: one call tops it up.
+    isolate.charge(tokens, 100, waitUntil);
+    await settle();
+    expect(calls).toBe(2);
+    // More than any lease holds (at most 0.5% of the limit, 20,000): the rest is debt, reported at once.
+    isolate.charge(tokens, 50_000, waitUntil);
+    await settle();
+    expect(calls).toBe(3);
   });
 });

@@ -26,6 +26,8 @@ export function refreshHealth(env: Env, balancer: Balancer, waitUntil: (p: Promi
   const now = Date.now();
   if (refreshing || now - balancer.snapshotAt < balancer.config.health.snapshotMaxAgeMs) return;
   refreshing = (async () => {
+    // One timer turn first: the request that noticed the stale snapshot sends its own call first.
+    await new Promise((resolve) => setTimeout(resolve, 0));
     try {
       const snapshot = await healthStub(env).snapshot();
       if (snapshot) {

@@ -75,6 +75,8 @@ class LocalBucket {
 class Identity {
   readonly buckets = new Map<string, LocalBucket>();
   syncing: Promise<void> | undefined;
+  /** A sync is due once the current request's own I/O is under way (`syncSoon`). */
+  due = false;
   again: Promise<void> | undefined;
   throttle: Throttle | null = null;
   /** A limiter that failed: until then, decide from the local fallback. */
@@ -128,6 +130,23 @@ export class IsolateLimiter {
   /** Records a throttle learnt outside a lease (the abuse signal's answer). */
   setThrottle(identity: string, throttle: Throttle | null): void {
     this.identity(identity).throttle = throttle;
+  }
+
+  /**
+   * A sync that no request waits for. It starts one timer turn later, so that the request that
+   * asked for it has its own I/O (the upstream call) under way first; until then further asks for
+   * the same identity join it.
+   */
+  private syncSoon(name: string, waitUntil: (p: Promise<unknown>) => void): void {
+    const identity = this.identity(name);
+    if (identity.due) return;
+    identity.due = true;
+    waitUntil(
+      new Promise((resolve) => setTimeout(resolve, 0)).then(() => {
+        identity.due = false;
+        return this.sync(name);
+      }),
+    );
   }
 
   /** Takes, returns and settles leases for every bucket of one identity in one round trip. */
@@ -263,7 +282,7 @@ export class IsolateLimiter {
           b.spent += check.cost;
           taken.push([b, check.cost]);
           // Top up before it runs out, off the request's path.
-          if (b.allowance < b.want(this.settings) / 2) options.waitUntil(this.sync(check.identity));
+          if (b.allowance < b.want(this.settings) / 2) this.syncSoon(check.identity, options.waitUntil);
           break;
         }
         if (synced || b.deniedUntil > now) {
@@ -280,7 +299,7 @@ export class IsolateLimiter {
         ) {
           b.debt += check.cost;
           b.spent += check.cost;
-          options.waitUntil(this.sync(check.identity));
+          this.syncSoon(check.identity, options.waitUntil);
           break;
         }
         await this.sync(check.identity);
@@ -305,7 +324,9 @@ export class IsolateLimiter {
     b.allowance -= fromAllowance;
     b.debt += amount - fromAllowance;
     b.spent += amount;
-    waitUntil(this.sync(check.identity));
+    // What the lease covered was already counted by the limiter object; only debt, or a lease
+    // running low, needs a call, and charges in a burst share it.
+    if (b.debt > 0 || b.allowance < b.want(this.settings) / 2) this.syncSoon(check.identity, waitUntil);
   }
 }
 
