@@ -10,6 +10,7 @@
  * that fails puts its rows back for the next one (they are lost only if the isolate is evicted
  * before another request arrives).
  */
+import { later } from "../later.js";
 
 export interface UsageEntry {
   orgId: string;
@@ -88,7 +89,7 @@ export function meter(
     completionTokens: count(entry.completionTokens),
   });
   const ticket = started + 1;
-  waitUntil(new Promise((resolve) => setTimeout(resolve, delayMs)).then(() => settle(env, ticket)));
+  waitUntil(later(delayMs).then(() => settle(env, ticket)));
 }
 
 /**

@@ -5,6 +5,7 @@
  */
 import type { PriorityClass } from "../../protocol/gateway.js";
 import { ApiError } from "../problem.js";
+import { later } from "../later.js";
 import type { Balancer, Location } from "./balancer.js";
 import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
 import { foldPrediction, renderFim } from "./prompts.js";
@@ -760,7 +761,7 @@ function relay(
     stopHeartbeat();
     await writer.close();
     // The bookkeeping waits a turn, so that the end of the body leaves first.
-    if (completed) await new Promise((resolve) => setTimeout(resolve, 0));
+    if (completed) await later();
     completed?.();
   };
   req.waitUntil(

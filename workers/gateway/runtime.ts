@@ -4,6 +4,7 @@
  */
 import { Balancer } from "./balancer.js";
 import { loadGateway, type Gateway } from "./config.js";
+import { later } from "../later.js";
 
 let current: { gateway: Gateway; balancer: Balancer } | undefined;
 let refreshing: Promise<void> | undefined;
@@ -27,7 +28,7 @@ export function refreshHealth(env: Env, balancer: Balancer, waitUntil: (p: Promi
   if (refreshing || now - balancer.snapshotAt < balancer.config.health.snapshotMaxAgeMs) return;
   refreshing = (async () => {
     // One timer turn first: the request that noticed the stale snapshot sends its own call first.
-    await new Promise((resolve) => setTimeout(resolve, 0));
+    await later();
     try {
       const snapshot = await healthStub(env).snapshot();
       if (snapshot) {

@@ -6,6 +6,7 @@
  * few percent of the limit while a tab request never waits.
  */
 import type { BucketSpec, LeaseGrant, LeaseRequest, Throttle } from "../../durable-objects/buckets.js";
+import { later } from "../later.js";
 
 export interface LimiterStub {
   lease(requests: LeaseRequest[]): Promise<{ grants: LeaseGrant[]; throttle: Throttle | null }>;
@@ -142,7 +143,7 @@ export class IsolateLimiter {
     if (identity.due) return;
     identity.due = true;
     waitUntil(
-      new Promise((resolve) => setTimeout(resolve, 0)).then(() => {
+      later().then(() => {
         identity.due = false;
         return this.sync(name);
       }),
