@@ -26,9 +26,10 @@ const CRC_TABLE = (() => {
   return table;
 })();
 
-function crc32(text: string): number {
+/** CRC-32 of a key's base62 body: ASCII, so each character is its own byte. */
+function crc32(ascii: string): number {
   let crc = 0xffffffff;
-  for (const byte of new TextEncoder().encode(text)) crc = CRC_TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8);
+  for (let i = 0; i < ascii.length; i++) crc = CRC_TABLE[(crc ^ ascii.charCodeAt(i)) & 0xff]! ^ (crc >>> 8);
   return (crc ^ 0xffffffff) >>> 0;
 }
 
@@ -64,8 +65,10 @@ export function displayPrefix(key: string): string {
   return key.slice(0, DISPLAY_PREFIX_LENGTH);
 }
 
+const utf8 = new TextEncoder();
+
 /** Lower-case hex SHA-256: the only form of a key the edge ever stores. */
 export async function hashApiKey(key: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(key));
+  const digest = await crypto.subtle.digest("SHA-256", utf8.encode(key));
   return bytesToHex(new Uint8Array(digest));
 }

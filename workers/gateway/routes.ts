@@ -93,7 +93,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
 
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);
-  const { org, user, key } = c.var.principal;
+  const { org, user, key } = c.get("principal");
   const limits = await enforceLimits(c, pool.role, pool.role === "tab");
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
@@ -158,7 +158,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     signal: controller.signal,
     cancel: (reason) => controller.abort(reason),
     secrets: c.env as unknown as Record<string, string | undefined>,
-    requestId: c.var.requestId,
+    requestId: c.get("requestId"),
     finish,
     waitUntil,
     capacityShare: ramp.capacityShare,

@@ -35,7 +35,7 @@ const SLOT_TTL_MS = 10 * 60_000;
 let reported = { hour: 0, seen: new Set<string>() };
 
 function noteFreeTraffic(c: Context<AppEnv>, prefix: string): void {
-  const { principal } = c.var;
+  const principal = c.get("principal");
   if (!principal || principal.org.plan !== "free") return;
   const hour = Math.floor(Date.now() / 3_600_000);
   if (reported.hour !== hour) reported = { hour, seen: new Set() };

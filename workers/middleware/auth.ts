@@ -8,7 +8,7 @@ import { ApiError } from "../problem.js";
 export const requireApiKey = createMiddleware<AppEnv>(async (c, next) => {
   let principal;
   try {
-    principal = await authenticate(c.env, c.var.config, c.req.header("Authorization"), (p) =>
+    principal = await authenticate(c.env, c.get("config"), c.req.header("Authorization"), (p) =>
       c.executionCtx.waitUntil(p),
     );
   } catch (err) {
