@@ -5,16 +5,17 @@
  * one stream at a time and at many concurrent streams. The simulator never slows down (capacity far
  * above the load), and runs in its own process by default, off the client's event loop.
  *
- *   npx tsx bench/gateway-overhead.ts           # 300 pairs serially, then 200 streams × 5 pairs
+ *   npx tsx bench/gateway-overhead.ts           # 500 pairs serially, then 200 streams × 5 pairs
  *
  * Both sides use the same client: `fetch` reading the body as it streams. The edge is `npm start`'s
  * (the deployable bundle in Miniflare's workerd) on this machine, sharing its cores with the client
  * and the simulator. Two baseline Workers, served the same way, are measured in the same run: one
  * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
  * does nothing else (`bench/workers/relay.js`); so is the direct request paired with itself, the
- * noise under every paired difference. Each request carries an `X-Request-Id` that the simulator
- * records, which splits the added time to first token at the backend: getting the request there,
- * and getting its first token back.
+ * noise under every paired difference. At one stream the sides take turns, a tenth of their pairs
+ * at a time, so that no side gets a quiet or a busy spell of the machine to itself. Each request
+ * carries an `X-Request-Id` that the simulator records, which splits the added time to first token
+ * at the backend: getting the request there, and getting its first token back.
  */
 import { randomUUID } from "node:crypto";
 import { pathToFileURL } from "node:url";
@@ -53,6 +54,8 @@ const TTFT_MS = 20;
 const TOKENS_PER_SECOND = 1000;
 const PROMPT = "def fibonacci(n):\n    ";
 const SUFFIX = "\n\nprint(fibonacci(10))\n";
+/** How many turns the sides take at one stream (each a share of the serial pairs). */
+const SERIAL_ROUNDS = 10;
 /** Added latency the gateway should stay under. */
 export const OVERHEAD_TARGETS = { p50: 1.5, p99: 5 } as const;
 
@@ -280,13 +283,19 @@ function sides(
   };
 }
 
-async function measure(
-  gw: BenchGateway,
+/** One side's pairs: each a request straight to the simulator and the same through the side. */
+interface Pairs {
+  pairs: { direct: Timing; edge: Timing }[];
+  /** CPU seconds the edge's processes used while these pairs ran, where it can be read. */
+  cpuSeconds?: number;
+}
+
+async function runPairs(
   pair: { direct: Side; edge: Side },
   streams: number,
   pairsPerStream: number,
   cpuSeconds: () => number | undefined = () => undefined,
-): Promise<PairedRun> {
+): Promise<Pairs> {
   const pairs: { direct: Timing; edge: Timing }[] = [];
   const cpuBefore = cpuSeconds();
   await Promise.all(
@@ -301,6 +310,15 @@ async function measure(
     }),
   );
   const cpuAfter = cpuSeconds();
+  return {
+    pairs,
+    ...(cpuBefore !== undefined && cpuAfter !== undefined ? { cpuSeconds: cpuAfter - cpuBefore } : {}),
+  };
+}
+
+/** Quantiles of the pairs, side by side and paired, and the split at the backend. */
+async function summarize(gw: BenchGateway, streams: number, runs: Pairs[]): Promise<PairedRun> {
+  const pairs = runs.flatMap((r) => r.pairs);
   const good = pairs.filter((p) => !p.direct.failure && !p.edge.failure);
   const failures: Record<string, number> = {};
   for (const p of pairs)
@@ -308,6 +326,9 @@ async function measure(
       const why = p[side].failure;
       if (why) failures[`${side} ${why}`] = (failures[`${side} ${why}`] ?? 0) + 1;
     }
+  const cpu = runs.every((r) => r.cpuSeconds !== undefined)
+    ? runs.reduce((sum, r) => sum + r.cpuSeconds!, 0)
+    : undefined;
   return {
     streams,
     pairs: good.length,
@@ -319,11 +340,19 @@ async function measure(
       ttft: q(good.map((p) => p.edge.ttft - p.direct.ttft)),
       total: q(good.map((p) => p.edge.total - p.direct.total)),
     },
-    ...(cpuBefore !== undefined && cpuAfter !== undefined
-      ? { edgeCpuMs: ((cpuAfter - cpuBefore) * 1000) / pairs.length }
-      : {}),
+    ...(cpu !== undefined && pairs.length ? { edgeCpuMs: (cpu * 1000) / pairs.length } : {}),
     ...(await split(gw, good)),
   };
+}
+
+async function measure(
+  gw: BenchGateway,
+  pair: { direct: Side; edge: Side },
+  streams: number,
+  pairsPerStream: number,
+  cpuSeconds?: () => number | undefined,
+): Promise<PairedRun> {
+  return summarize(gw, streams, [await runPairs(pair, streams, pairsPerStream, cpuSeconds)]);
 }
 
 /**
@@ -353,7 +382,7 @@ async function split(gw: BenchGateway, good: { direct: Timing; edge: Timing }[])
 }
 
 export async function runOverhead(options: OverheadOptions = {}): Promise<OverheadFigures> {
-  const serialPairs = options.serialPairs ?? 300;
+  const serialPairs = options.serialPairs ?? 500;
   const streams = options.streams ?? 200;
   const pairsPerStream = options.pairsPerStream ?? 5;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
@@ -369,19 +398,34 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       const floors: PairedRun[] = [];
       const forwards: PairedRun[] = [];
       const relays: PairedRun[] = [];
-      for (const warm of [stream, forward, relay]) await measure(gw, warm, 1, Math.min(30, serialPairs));
+      for (const warm of [stream, forward, relay]) await runPairs(warm, 1, Math.min(30, serialPairs));
       const cpu = () => gw.edgeCpuSeconds();
-      runs.push(await measure(gw, stream, 1, serialPairs, cpu));
-      forwards.push(await measure(gw, forward, 1, serialPairs));
-      relays.push(await measure(gw, relay, 1, serialPairs));
-      sames.push(await measure(gw, same, 1, serialPairs));
-      floors.push(await measure(gw, floor, 1, serialPairs, cpu));
+      // One stream: the sides take turns in rounds, so that a slow spell of this machine falls on
+      // all of them rather than on whichever side was running then; each round starts with a
+      // different side.
+      const turns = [
+        { pair: stream, cpu, into: runs },
+        { pair: forward, into: forwards },
+        { pair: relay, into: relays },
+        { pair: same, into: sames },
+        { pair: floor, cpu, into: floors },
+      ];
+      const rounds = Math.min(serialPairs, SERIAL_ROUNDS);
+      const collected = turns.map(() => [] as Pairs[]);
+      for (let round = 0; round < rounds; round++) {
+        const size = Math.floor(serialPairs / rounds) + (round < serialPairs % rounds ? 1 : 0);
+        for (let k = 0; k < turns.length; k++) {
+          const at = (round + k) % turns.length;
+          collected[at]!.push(await runPairs(turns[at]!.pair, 1, size, turns[at]!.cpu));
+        }
+      }
+      for (const [at, side] of turns.entries()) side.into.push(await summarize(gw, 1, collected[at]!));
       // One pair per stream first: opens every connection before anything is measured.
-      await measure(gw, stream, streams, 1);
+      await runPairs(stream, streams, 1);
       runs.push(await measure(gw, stream, streams, pairsPerStream, cpu));
-      await measure(gw, forward, streams, 1);
+      await runPairs(forward, streams, 1);
       forwards.push(await measure(gw, forward, streams, pairsPerStream));
-      await measure(gw, relay, streams, 1);
+      await runPairs(relay, streams, 1);
       relays.push(await measure(gw, relay, streams, pairsPerStream));
       sames.push(await measure(gw, same, streams, pairsPerStream));
       floors.push(await measure(gw, floor, streams, pairsPerStream, cpu));
