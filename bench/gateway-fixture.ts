@@ -58,6 +58,8 @@ export interface BenchGateway {
   account: GatewayFixture["account"];
   /** CPU seconds the edge's processes have used so far (Linux), for CPU per request. */
   edgeCpuSeconds(): number | undefined;
+  /** The edge's workerd process (Linux), for tools that attach to it. */
+  edgeWorkerdPid(): number | undefined;
   stop(): Promise<void>;
 }
 
@@ -180,6 +182,7 @@ export async function startBenchGateway(
     backends,
     baseURL: fixture.edge.baseURL,
     edgeCpuSeconds: () => fixture.edge.cpuSeconds(),
+    edgeWorkerdPid: () => fixture.edge.workerdPid(),
     apiKey: fixture.apiKey,
     openai: fixture.openai,
     account: fixture.account,

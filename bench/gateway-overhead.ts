@@ -217,7 +217,7 @@ export interface OverheadFigures {
 }
 
 /** A baseline Worker from `bench/workers/` in its own workerd, served as `npm start` serves the edge. */
-async function startBaseline(
+export async function startBaseline(
   script: "forward.js" | "relay.js",
   upstream: string,
 ): Promise<{ url: string; stop(): Promise<void> }> {
@@ -237,7 +237,7 @@ async function startBaseline(
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
 
-function sides(
+export function sides(
   gw: BenchGateway,
   baselines: { forward: string; relay: string },
 ): Record<"stream" | "floor" | "forward" | "relay" | "same", { direct: Side; edge: Side }> {

@@ -8,9 +8,11 @@ import { reportColdStart, runColdStart } from "./gateway-coldstart.js";
 import { reportFailover, runFailover } from "./gateway-failover.js";
 import { reportOverhead, runOverhead } from "./gateway-overhead.js";
 import { reportOverload, runOverload } from "./gateway-overload.js";
+import { reportPauses, runPauses } from "./gateway-pauses.js";
 
 export const GATEWAY_BENCHMARKS = {
   overhead: async () => reportOverhead(await runOverhead()),
+  pauses: async () => reportPauses(await runPauses()),
   cancel: async () => reportCancel(await runCancel()),
   overload: async () => reportOverload(await runOverload()),
   failover: async () => reportFailover(await runFailover()),

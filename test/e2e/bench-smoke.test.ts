@@ -15,6 +15,7 @@ import {
 } from "../../bench/gateway-failover.js";
 import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixture.js";
 import { overheadPart, reportOverhead, runOverhead, send } from "../../bench/gateway-overhead.js";
+import { gcPauses, reportPauses, runPauses } from "../../bench/gateway-pauses.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
@@ -78,6 +79,33 @@ describe("benchmarks (smoke)", () => {
     expect(figures.deviceRunsMs).toHaveLength(3);
     expect(reportThroughput(figures)).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
   }, 180_000);
+
+  it("pauses finds collection pauses on the busiest thread of perf's samples", () => {
+    // Samples 0.5 ms apart (2,000 Hz): two runs of collector frames on thread 7, one on thread 9.
+    const sample = (tid: number, t: number, frames: string[]) =>
+      `workerd ${tid} ${t.toFixed(6)}: cpu-clock:\n${frames.map((f) => `\t     abc ${f}`).join("\n")}\n`;
+    const js = ["Builtins_InterpreterEntryTrampoline", "kj::EventLoop::turn"];
+    const gc = ["v8::internal::MarkCompactCollector::CollectGarbage", "v8::internal::Heap::CollectGarbage"];
+    const sweep = ["cppgc::internal::SweepFinalizer::Finalize", "kj::EventLoop::turn"];
+    const script = [
+      sample(7, 10.0, js),
+      sample(7, 10.0005, gc),
+      sample(7, 10.001, gc),
+      sample(7, 10.0015, sweep),
+      sample(7, 10.002, js),
+      sample(9, 10.002, gc),
+      sample(7, 10.0025, js),
+      sample(7, 10.01, gc),
+      sample(7, 10.0105, js),
+    ].join("\n");
+    const { pauses, samples, gcSamples } = gcPauses(script, 2_000);
+    expect(samples).toBe(8);
+    expect(gcSamples).toBe(4);
+    expect(pauses.map((p) => [p.start, +(p.end - p.start).toFixed(4)])).toEqual([
+      [10.0005, 0.0015],
+      [10.01, 0.0005],
+    ]);
+  });
 
   it("teammate-clone makes a clone searchable without uploading any chunk", async () => {
     const figures = await runTeammateClone(80, 1);
@@ -164,6 +192,22 @@ describe("gateway benchmarks (smoke)", () => {
       server.close();
     }
   });
+
+  it("pauses samples the edge and the relay Worker, or says why it cannot", async () => {
+    const figures = await runPauses({ seconds: 1, gateway });
+    const report = reportPauses(figures);
+    if ("skipped" in figures) {
+      expect(report).toMatch(/^gateway pauses: not measured: \S/);
+      return;
+    }
+    expect(figures.runs.map((r) => r.side)).toEqual(["the edge", "relay Worker"]);
+    for (const r of figures.runs) {
+      expect(r.requests).toBeGreaterThan(0);
+      expect(r.p99).toBeGreaterThanOrEqual(r.p50);
+      expect(r.slowInPause).toBeLessThanOrEqual(r.slow);
+    }
+    expect(report).toMatch(/the edge\s+1\s+\d+ \|/);
+  }, 60_000);
 
   it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
     const figures = await runCancel({

@@ -45,27 +45,39 @@ export interface LocalEdge {
    * it), from Linux's `/proc`; undefined elsewhere.
    */
   cpuSeconds: () => number | undefined;
+  /** The edge's workerd process (Linux's `/proc`); undefined elsewhere or before it runs. */
+  workerdPid: () => number | undefined;
   stop: () => Promise<void>;
 }
 
-/** CPU seconds of every live process in a process group, from `/proc/<pid>/stat`. */
-function groupCpuSeconds(group: number): number | undefined {
+/** Every live process in a process group: its pid, command name and `/proc/<pid>/stat` fields. */
+function groupProcesses(group: number): { pid: number; comm: string; fields: string[] }[] | undefined {
   let pids: string[];
   try {
     pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
   } catch {
     return undefined;
   }
-  let ticks = 0;
+  const found: { pid: number; comm: string; fields: string[] }[] = [];
   for (const pid of pids) {
     try {
       // Fields after the command's closing parenthesis: state is 3rd, pgrp 5th, utime 14th, stime 15th.
-      const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-      if (Number(fields[2]) === group) ticks += Number(fields[11]) + Number(fields[12]);
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.split(") ")[1]!.split(" ");
+      if (Number(fields[2]) === group)
+        found.push({ pid: Number(pid), comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), fields });
     } catch {
       // Gone.
     }
   }
+  return found;
+}
+
+/** CPU seconds of every live process in a process group. */
+function groupCpuSeconds(group: number): number | undefined {
+  const processes = groupProcesses(group);
+  if (!processes) return undefined;
+  const ticks = processes.reduce((sum, p) => sum + Number(p.fields[11]) + Number(p.fields[12]), 0);
   return ticks / 100; // USER_HZ
 }
 
@@ -126,7 +138,8 @@ export async function startLocalEdge(
   }
   const output = () => (log.startsWith(head) ? log : head + log);
   const cpuSeconds = () => groupCpuSeconds(child.pid!);
-  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, stop };
+  const workerdPid = () => groupProcesses(child.pid!)?.find((p) => p.comm === "workerd")?.pid;
+  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, workerdPid, stop };
 }
 
 /** What `npm start` saved for the CLI in the edge's config directory: its development key and admin secret. */

@@ -1,0 +1,216 @@
+/**
+ * Where the gateway's slowest requests lose their time: the runtime's garbage-collection pauses.
+ * Streamed tab completions go one at a time, as in the overhead benchmark's one-stream run,
+ * through the local edge and then through the JavaScript relay Worker (`bench/workers/relay.js`),
+ * while Linux `perf` samples the Worker's workerd process. Runs of consecutive samples inside V8's
+ * or cppgc's collector on the thread that runs JavaScript are the pauses; a slow request (5 ms or
+ * more over the median) is put down to one when they overlap.
+ *
+ *   npx tsx bench/gateway-pauses.ts             # 30 s through each
+ *
+ * Needs `perf` that may record the process (root, or a low `kernel.perf_event_paranoid`); without
+ * it the benchmark says so and measures nothing.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { clock, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
+import { overheadPart, send, sides, startBaseline, type Side } from "./gateway-overhead.js";
+import { fmt, quantile } from "./stats.js";
+
+/** Samples per second. */
+const FREQUENCY = 2_000;
+/** A slow request takes this much longer than the median. */
+const SLOW_MS = 5;
+/** Between requests, about what the overhead benchmark's direct half of a pair takes. */
+const GAP_MS = 37;
+
+/** Frames of a collection: V8's collectors and cppgc's marking, sweeping and finalizing. */
+const GC_FRAME =
+  /v8::internal::(?:Heap::|MarkCompactCollector|Scavenger|ScavengerCollector|MinorMarkSweep|Sweeper|IncrementalMarking|ConcurrentMarking|MarkingVisitor)|cppgc::internal::|HeapTracer::|Wrappable::detachWrapper|BackingStore::~BackingStore/;
+
+export interface Pause {
+  /** Seconds, on the clock `perf` recorded with. */
+  start: number;
+  end: number;
+}
+
+/**
+ * The collection pauses in `perf script -F tid,time,ip,sym` output: runs of samples with a
+ * collector frame, on the thread with the most samples, no more than two sample intervals apart.
+ */
+export function gcPauses(
+  script: string,
+  frequency = FREQUENCY,
+): { pauses: Pause[]; samples: number; gcSamples: number } {
+  const samples: { tid: string; time: number; gc: boolean }[] = [];
+  let current: { tid: string; time: number; gc: boolean } | undefined;
+  for (const line of script.split("\n")) {
+    const head = /^\S*\s*(\d+)\s+(\d+\.\d+):/.exec(line);
+    if (head && !line.startsWith("\t")) {
+      current = { tid: head[1]!, time: Number(head[2]), gc: false };
+      samples.push(current);
+    } else if (current && GC_FRAME.test(line)) current.gc = true;
+  }
+  const byThread = new Map<string, number>();
+  for (const s of samples) byThread.set(s.tid, (byThread.get(s.tid) ?? 0) + 1);
+  const main = [...byThread].sort((a, b) => b[1] - a[1])[0]?.[0];
+  const interval = 1 / frequency;
+  const pauses: Pause[] = [];
+  let open: Pause | undefined;
+  let gcSamples = 0;
+  for (const s of samples) {
+    if (s.tid !== main || !s.gc) continue;
+    gcSamples++;
+    if (open && s.time - open.end <= 2 * interval) open.end = s.time;
+    else {
+      if (open) pauses.push(open);
+      open = { start: s.time, end: s.time };
+    }
+  }
+  if (open) pauses.push(open);
+  // A run of n samples stands for about n intervals of time.
+  for (const p of pauses) p.end += interval;
+  return { pauses, samples: samples.filter((s) => s.tid === main).length, gcSamples };
+}
+
+export interface PauseRun {
+  side: string;
+  seconds: number;
+  requests: number;
+  /** Median and p99 of the whole answer, ms. */
+  p50: number;
+  p99: number;
+  /** Requests 5 ms or more over the median, and how many of them overlap a pause. */
+  slow: number;
+  slowInPause: number;
+  /** Pauses of 2 ms or more, longest first (ms). */
+  pauses: number[];
+  /** Milliseconds per second the main thread spent collecting. */
+  gcMsPerSecond: number;
+}
+
+export type PauseFigures = { runs: PauseRun[] } | { skipped: string };
+
+/** Why `perf` cannot record a process here, or undefined when it can. */
+function perfUnavailable(): string | undefined {
+  if (process.platform !== "linux") return "perf runs on Linux only";
+  const version = spawnSync("perf", ["--version"], { encoding: "utf8" });
+  if (version.status !== 0) return "no perf on this machine (the linux-perf package)";
+  const probe = spawnSync("perf", ["record", "-F", "99", "-o", "/dev/null", "--", "true"], { encoding: "utf8" });
+  if (probe.status !== 0) return `perf may not record here: ${probe.stderr.trim().split("\n")[0]}`;
+  return undefined;
+}
+
+/** workerd processes that are children of this one (the baseline Workers this process serves). */
+function childWorkerds(): Set<number> {
+  const found = new Set<number>();
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const ppid = Number(stat.split(") ")[1]!.split(" ")[1]);
+      if (comm === "workerd" && ppid === process.pid) found.add(Number(pid));
+    } catch {
+      // Gone.
+    }
+  }
+  return found;
+}
+
+async function record(side: string, pid: number, request: Side, seconds: number): Promise<PauseRun> {
+  for (let i = 0; i < 100; i++) await send(request);
+  const dir = mkdtempSync(join(tmpdir(), "sextant-pauses-"));
+  const data = join(dir, "perf.data");
+  try {
+    const perf = spawn(
+      "perf",
+      ["record", "-F", String(FREQUENCY), "-g", "-k", "CLOCK_REALTIME", "-o", data, "-p", String(pid)],
+      { stdio: "ignore" },
+    );
+    const exited = new Promise((resolve) => perf.once("exit", resolve));
+    await sleep(500);
+    const timed: { start: number; end: number; total: number }[] = [];
+    const until = performance.now() + seconds * 1000;
+    while (performance.now() < until) {
+      const start = clock();
+      const t = await send(request);
+      if (!t.failure) timed.push({ start, end: start + t.total, total: t.total });
+      await sleep(GAP_MS);
+    }
+    perf.kill("SIGINT");
+    await exited;
+    const script = spawnSync("perf", ["script", "-i", data, "-F", "tid,time,ip,sym"], {
+      encoding: "utf8",
+      maxBuffer: 2 ** 30,
+    }).stdout;
+    const { pauses, gcSamples } = gcPauses(script);
+    const totals = timed.map((t) => t.total);
+    const p50 = quantile(totals, 0.5);
+    const slow = timed.filter((t) => t.total >= p50 + SLOW_MS);
+    const inPause = slow.filter((t) => pauses.some((p) => p.start * 1000 < t.end && p.end * 1000 > t.start));
+    return {
+      side,
+      seconds,
+      requests: timed.length,
+      p50,
+      p99: quantile(totals, 0.99),
+      slow: slow.length,
+      slowInPause: inPause.length,
+      pauses: pauses
+        .map((p) => (p.end - p.start) * 1000)
+        .filter((ms) => ms >= 2)
+        .sort((a, b) => b - a),
+      gcMsPerSecond: (gcSamples * 1000) / FREQUENCY / seconds,
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function runPauses(options: { seconds?: number; gateway?: BenchGateway } = {}): Promise<PauseFigures> {
+  const unavailable = perfUnavailable();
+  if (unavailable) return { skipped: unavailable };
+  const seconds = options.seconds ?? 30;
+  return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
+    const edgePid = gw.edgeWorkerdPid();
+    if (edgePid === undefined) return { skipped: "the edge's workerd process was not found" };
+    const before = childWorkerds();
+    const relay = await startBaseline("relay.js", gw.backends.url("overhead"));
+    try {
+      const relayPid = [...childWorkerds()].find((pid) => !before.has(pid));
+      if (relayPid === undefined) return { skipped: "the relay Worker's workerd process was not found" };
+      const { stream, relay: relayed } = sides(gw, { forward: relay.url, relay: relay.url });
+      return {
+        runs: [
+          await record("the edge", edgePid, stream.edge, seconds),
+          await record("relay Worker", relayPid, relayed.edge, seconds),
+        ],
+      };
+    } finally {
+      await relay.stop();
+    }
+  });
+}
+
+export function reportPauses(f: PauseFigures): string {
+  if ("skipped" in f) return `gateway pauses: not measured: ${f.skipped}`;
+  const lines = [
+    `gateway pauses: streamed tab completions one at a time (${GAP_MS} ms apart), the Worker's workerd sampled by perf at ${FREQUENCY} Hz; a request is slow at ${SLOW_MS} ms or more over the median`,
+    "side            seconds requests | total p50 / p99 ms | slow  in a GC pause | GC ms/s | pauses of 2 ms or more: count, median, longest (ms)",
+  ];
+  for (const r of f.runs) {
+    const median = r.pauses.length ? fmt(quantile(r.pauses, 0.5)) : "-";
+    const longest = r.pauses.length ? fmt(r.pauses[0]!) : "-";
+    lines.push(
+      `${r.side.padEnd(15)} ${String(r.seconds).padStart(7)} ${String(r.requests).padStart(8)} | ${`${fmt(r.p50)} / ${fmt(r.p99)}`.padStart(18)} | ${String(r.slow).padStart(4)}  ${String(r.slowInPause).padStart(14)} | ${fmt(r.gcMsPerSecond).padStart(7)} | ${r.pauses.length}, ${median}, ${longest}`,
+    );
+  }
+  return lines.join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  console.log(reportPauses(await runPauses()));
+}
