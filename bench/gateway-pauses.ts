@@ -29,7 +29,7 @@ const GAP_MS = 37;
 
 /** Frames of a collection: V8's collectors and cppgc's marking, sweeping and finalizing. */
 const GC_FRAME =
-  /v8::internal::(?:Heap::|MarkCompactCollector|Scavenger|ScavengerCollector|MinorMarkSweep|Sweeper|IncrementalMarking|ConcurrentMarking|MarkingVisitor)|cppgc::internal::|HeapTracer::|Wrappable::detachWrapper|BackingStore::~BackingStore/;
+  /v8::internal::(?:Heap::CollectGarbage|Heap::PerformGarbageCollection|MarkCompactCollector|Scavenger|MinorMarkSweep|Sweeper|IncrementalMarking|ConcurrentMarking|MarkingVisitor)|cppgc::internal::|HeapTracer::|Wrappable::detachWrapper|BackingStore::~BackingStore/;
 
 export interface Pause {
   /** Seconds, on the clock `perf` recorded with. */
