@@ -38,8 +38,9 @@ export interface Pause {
 }
 
 /**
- * The collection pauses in `perf script -F tid,time,ip,sym` output: runs of samples with a
- * collector frame, on the thread with the most samples, no more than two sample intervals apart.
+ * The collection pauses in `perf script -F tid,time,ip,sym` output: runs of consecutive samples
+ * with a collector frame, on the thread with the most samples, no more than two sample intervals
+ * apart.
  */
 export function gcPauses(
   script: string,
@@ -62,7 +63,13 @@ export function gcPauses(
   let open: Pause | undefined;
   let gcSamples = 0;
   for (const s of samples) {
-    if (s.tid !== main || !s.gc) continue;
+    if (s.tid !== main) continue;
+    // A sample outside the collector ends the pause: the thread ran something else in between.
+    if (!s.gc) {
+      if (open) pauses.push(open);
+      open = undefined;
+      continue;
+    }
     gcSamples++;
     if (open && s.time - open.end <= 2 * interval) open.end = s.time;
     else {
