@@ -237,19 +237,20 @@ export async function startBaseline(
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
 
-export function sides(
-  gw: BenchGateway,
-  baselines: { forward: string; relay: string },
-): Record<"stream" | "floor" | "forward" | "relay" | "same", { direct: Side; edge: Side }> {
-  const streamed = (response: Response, text: string) =>
-    response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
-  const json = { "content-type": "application/json" };
-  const direct: Side = {
+const streamed = (response: Response, text: string) =>
+  response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
+const JSON_TYPE = { "content-type": "application/json" };
+
+/**
+ * The streamed completion straight to the simulator, as the edge sends it upstream: the FIM
+ * prompt, usage asked for.
+ */
+function directSide(gw: BenchGateway): Side {
+  return {
     url: `${gw.backends.url(BACKEND)}/completions`,
-    // What the edge sends upstream for the same request: the FIM prompt, usage asked for.
     init: {
       method: "POST",
-      headers: json,
+      headers: JSON_TYPE,
       body: JSON.stringify({
         ...renderFim({ model: "sim-model", prompt: PROMPT, suffix: SUFFIX }, "qwen2.5-coder"),
         max_tokens: TOKENS,
@@ -259,26 +260,40 @@ export function sides(
     },
     complete: streamed,
   };
+}
+
+/** The same completion as a client asks the edge for it. */
+export function edgeSide(gw: BenchGateway): Side {
   return {
-    stream: {
-      direct,
-      edge: {
-        url: `${gw.baseURL}/v1/completions`,
-        init: {
-          method: "POST",
-          headers: { ...json, authorization: `Bearer ${gw.apiKey}` },
-          body: JSON.stringify({ model: MODEL, prompt: PROMPT, suffix: SUFFIX, max_tokens: TOKENS, stream: true }),
-        },
-        complete: streamed,
-      },
+    url: `${gw.baseURL}/v1/completions`,
+    init: {
+      method: "POST",
+      headers: { ...JSON_TYPE, authorization: `Bearer ${gw.apiKey}` },
+      body: JSON.stringify({ model: MODEL, prompt: PROMPT, suffix: SUFFIX, max_tokens: TOKENS, stream: true }),
     },
+    complete: streamed,
+  };
+}
+
+/** The direct request, through a baseline Worker served at `origin`. */
+export const workerSide = (gw: BenchGateway, origin: string): Side => ({
+  ...directSide(gw),
+  url: `${origin}/v1/completions`,
+});
+
+function sides(
+  gw: BenchGateway,
+  baselines: { forward: string; relay: string },
+): Record<"stream" | "floor" | "forward" | "relay" | "same", { direct: Side; edge: Side }> {
+  const direct = directSide(gw);
+  return {
+    stream: { direct, edge: edgeSide(gw) },
     floor: {
       direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: (r) => r.ok },
       edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: (r) => r.ok },
     },
-    // The same request as the direct one, through each baseline Worker.
-    forward: { direct, edge: { ...direct, url: `${baselines.forward}/v1/completions` } },
-    relay: { direct, edge: { ...direct, url: `${baselines.relay}/v1/completions` } },
+    forward: { direct, edge: workerSide(gw, baselines.forward) },
+    relay: { direct, edge: workerSide(gw, baselines.relay) },
     same: { direct, edge: direct },
   };
 }

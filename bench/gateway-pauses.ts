@@ -12,12 +12,13 @@
  * it the benchmark says so and measures nothing.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { clock, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
-import { overheadPart, send, sides, startBaseline, type Side } from "./gateway-overhead.js";
+import { edgeSide, overheadPart, send, startBaseline, workerSide, type Side } from "./gateway-overhead.js";
+import { processes } from "../test/support/local-edge.js";
 import { fmt, quantile } from "./stats.js";
 
 /** Samples per second. */
@@ -112,20 +113,8 @@ function perfUnavailable(): string | undefined {
 }
 
 /** workerd processes that are children of this one (the baseline Workers this process serves). */
-function childWorkerds(): Set<number> {
-  const found = new Set<number>();
-  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const ppid = Number(stat.split(") ")[1]!.split(" ")[1]);
-      if (comm === "workerd" && ppid === process.pid) found.add(Number(pid));
-    } catch {
-      // Gone.
-    }
-  }
-  return found;
-}
+const childWorkerds = () =>
+  new Set((processes() ?? []).filter((p) => p.comm === "workerd" && p.ppid === process.pid).map((p) => p.pid));
 
 async function record(side: string, pid: number, request: Side, seconds: number): Promise<PauseRun> {
   for (let i = 0; i < 100; i++) await send(request);
@@ -189,11 +178,10 @@ export async function runPauses(options: { seconds?: number; gateway?: BenchGate
     try {
       const relayPid = [...childWorkerds()].find((pid) => !before.has(pid));
       if (relayPid === undefined) return { skipped: "the relay Worker's workerd process was not found" };
-      const { stream, relay: relayed } = sides(gw, { forward: relay.url, relay: relay.url });
       return {
         runs: [
-          await record("the edge", edgePid, stream.edge, seconds),
-          await record("relay Worker", relayPid, relayed.edge, seconds),
+          await record("the edge", edgePid, edgeSide(gw), seconds),
+          await record("relay Worker", relayPid, workerSide(gw, relay.url), seconds),
         ],
       };
     } finally {

@@ -50,22 +50,37 @@ export interface LocalEdge {
   stop: () => Promise<void>;
 }
 
-/** Every live process in a process group: its pid, command name and `/proc/<pid>/stat` fields. */
-function groupProcesses(group: number): { pid: number; comm: string; fields: string[] }[] | undefined {
+export interface ProcessInfo {
+  pid: number;
+  ppid: number;
+  /** Process group. */
+  pgrp: number;
+  comm: string;
+  /** User and system CPU so far, in clock ticks (USER_HZ). */
+  cpuTicks: number;
+}
+
+/** Every live process, from Linux's `/proc/<pid>/stat`; undefined where there is no `/proc`. */
+export function processes(): ProcessInfo[] | undefined {
   let pids: string[];
   try {
     pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
   } catch {
     return undefined;
   }
-  const found: { pid: number; comm: string; fields: string[] }[] = [];
+  const found: ProcessInfo[] = [];
   for (const pid of pids) {
     try {
-      // Fields after the command's closing parenthesis: state is 3rd, pgrp 5th, utime 14th, stime 15th.
       const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.split(") ")[1]!.split(" ");
-      if (Number(fields[2]) === group)
-        found.push({ pid: Number(pid), comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), fields });
+      // Fields after the command's closing parenthesis: state, ppid, pgrp, … utime is the 12th, stime the 13th.
+      const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+      found.push({
+        pid: Number(pid),
+        ppid: Number(fields[1]),
+        pgrp: Number(fields[2]),
+        comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
+        cpuTicks: Number(fields[11]) + Number(fields[12]),
+      });
     } catch {
       // Gone.
     }
@@ -75,9 +90,9 @@ function groupProcesses(group: number): { pid: number; comm: string; fields: str
 
 /** CPU seconds of every live process in a process group. */
 function groupCpuSeconds(group: number): number | undefined {
-  const processes = groupProcesses(group);
-  if (!processes) return undefined;
-  const ticks = processes.reduce((sum, p) => sum + Number(p.fields[11]) + Number(p.fields[12]), 0);
+  const all = processes();
+  if (!all) return undefined;
+  const ticks = all.filter((p) => p.pgrp === group).reduce((sum, p) => sum + p.cpuTicks, 0);
   return ticks / 100; // USER_HZ
 }
 
@@ -138,7 +153,7 @@ export async function startLocalEdge(
   }
   const output = () => (log.startsWith(head) ? log : head + log);
   const cpuSeconds = () => groupCpuSeconds(child.pid!);
-  const workerdPid = () => groupProcesses(child.pid!)?.find((p) => p.comm === "workerd")?.pid;
+  const workerdPid = () => processes()?.find((p) => p.pgrp === child.pid && p.comm === "workerd")?.pid;
   return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, workerdPid, stop };
 }
 
