@@ -139,7 +139,8 @@ describe("usage metering", () => {
     await fc.assert(
       fc.asyncProperty(fc.array(action, { maxLength: 60 }), async (actions) => {
         const keys = [0, 1, 2].map((k) => `key_prop${++run}_${k}`);
-        const ctx = executionContext();
+        // Each entry comes from a request of its own, as in the gateway.
+        const contexts: ReturnType<typeof executionContext>[] = [];
         const entries: UsageEntry[] = [];
         const flushes: Promise<void>[] = [];
         for (const a of actions) {
@@ -148,15 +149,30 @@ describe("usage metering", () => {
           else {
             const entry = entryFor(account, { ...a, keyId: keys[a.key]! });
             entries.push(entry);
+            const ctx = executionContext();
+            contexts.push(ctx);
             meter(env, ctx.waitUntil, entry, 0);
           }
         }
         // No final flushUsage: what the runtime waits for must be enough.
-        await Promise.all([ctx.settled(), ...flushes]);
+        await Promise.all([...contexts.map((ctx) => ctx.settled()), ...flushes]);
         expect(await stored(keys)).toEqual(expected(entries));
       }),
       { numRuns: 40 },
     );
+  });
+
+  it("gives the requests of one flush one timer and one waitUntil, and writes every entry", async () => {
+    const keyId = `${account.key.id}-one-timer`;
+    const entries = Array.from({ length: 20 }, (_, i) => entryFor(account, { keyId, promptTokens: i + 1 }));
+    const contexts = entries.map(() => {
+      const promises: Promise<unknown>[] = [];
+      return { promises, waitUntil: (p: Promise<unknown>) => void promises.push(p) };
+    });
+    entries.forEach((e, i) => meter(env, contexts[i]!.waitUntil, e));
+    expect(contexts.map((c) => c.promises.length)).toEqual([1, ...entries.slice(1).map(() => 0)]);
+    await Promise.all(contexts[0]!.promises);
+    expect(await stored([keyId])).toEqual(expected(entries));
   });
 
   it("drops the usage of an org deleted since the request without failing the rest of the batch", async () => {

@@ -5,8 +5,9 @@
  *
  * A flush starts about a second after an entry is recorded, so the requests of that second share
  * one batch. At most one flush runs at a time; entries recorded while one runs are written by the
- * next. Every `meter` call's `waitUntil` covers the
- * flush that takes its entry, so nothing is stranded in memory when the isolate goes idle; a flush
+ * next. The flush that takes an entry is always covered by a `waitUntil`: the entry's own, or that
+ * of an earlier entry whose flush has not started yet (one timer serves all of them, rather than
+ * one per request), so nothing is stranded in memory when the isolate goes idle; a flush
  * that fails puts its rows back for the next one (they are lost only if the isolate is evicted
  * before another request arrives).
  */
@@ -54,6 +55,8 @@ const buffer = new Map<string, Row>();
 let started = 0;
 let finished = 0;
 let inFlight: Promise<void> | undefined;
+/** The flush a timer is waiting to start (its ticket), and when it will start. */
+let scheduled: { ticket: number; at: number } | undefined;
 
 /**
  * How long a metered entry waits before its flush starts, so that the requests of that second
@@ -89,7 +92,17 @@ export function meter(
     completionTokens: count(entry.completionTokens),
   });
   const ticket = started + 1;
-  waitUntil(later(delayMs).then(() => settle(env, ticket)));
+  // A flush that has not started yet takes this entry too: its timer and `waitUntil` cover it.
+  const due = Date.now() + delayMs;
+  if (scheduled && scheduled.ticket === ticket && scheduled.at <= due) return;
+  const mine = { ticket, at: due };
+  scheduled = mine;
+  waitUntil(
+    later(delayMs).then(() => {
+      if (scheduled === mine) scheduled = undefined;
+      return settle(env, ticket);
+    }),
+  );
 }
 
 /**
