@@ -93,9 +93,6 @@ const encoder = new TextEncoder();
 
 const HEARTBEAT = new TextEncoder().encode(":\n\n");
 
-/** What the edge may hold for a client that reads slower than the backend sends, before it waits. */
-const SEND_BUFFER_BYTES = 16 * 1024;
-
 /** A retry into an endpoint at most this loaded (its own request included) spends no budget. */
 const IDLE_LOAD = 0.5;
 
@@ -703,13 +700,12 @@ function relay(
     }
   };
 
-  // The relay writes into a runtime-native stream that the response reads: once the client is
-  // `SEND_BUFFER_BYTES` behind, each write waits until it has taken the bytes, so a client that
-  // stops reading holds the backend back, and one that goes away fails the write (or the
-  // heartbeat's), which cancels the backend's request.
+  // The relay writes into a runtime-native stream that the response reads: each write waits until
+  // the client has taken the bytes, so a client that stops reading holds the backend back, and
+  // one that goes away fails the write (or the heartbeat's), which cancels the backend's request.
   // Writing from JavaScript into a native stream costs the runtime less per event than a
   // JavaScript stream that the response pulls from.
-  const { readable, writable } = new IdentityTransformStream({ highWaterMark: SEND_BUFFER_BYTES });
+  const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
   // The heartbeat fires only after the pool's `heartbeatMs` of silence, so a stream that is
   // flowing never writes one. Writes only note the time; the one timer re-arms itself for the
@@ -754,19 +750,14 @@ function relay(
       }
       if (!text) continue;
       lastWrite = Date.now();
-      const written = writer.write(encoder.encode(text));
-      // The last bytes: the close is queued behind them (and fails if they do), so the end of the
-      // body follows them at once instead of a round trip later. Before that, a write is waited
-      // for only once the client has fallen a buffer behind: a client that stops reading still
-      // holds the backend back, and one that keeps up costs no wait per event. A failed write
-      // errors the writable side, which `writer.closed` reports.
-      if (!more || (writer.desiredSize ?? 0) > 0) {
-        written.catch(() => {});
-        if (!more) break;
-        continue;
+      if (!more) {
+        // The last bytes: the close is queued behind them (and fails if they do), so the end of
+        // the body follows them at once instead of a round trip later.
+        writer.write(encoder.encode(text)).catch(() => {});
+        break;
       }
       writing = true;
-      await written;
+      await writer.write(encoder.encode(text));
       writing = false;
     }
     stopHeartbeat();
