@@ -22,7 +22,7 @@ import { pathToFileURL } from "node:url";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { z } from "zod";
 import { serveWorker } from "../scripts/edge.js";
-import { freePort } from "../test/support/local-edge.js";
+import { freePort, processCpuSeconds, processes } from "../test/support/local-edge.js";
 import { renderFim } from "../workers/gateway/prompts.js";
 import {
   VIRGINIA,
@@ -182,8 +182,11 @@ export interface PairedRun {
    * requests the simulator does not record (`GET /health`).
    */
   split?: { toBackend: Quantiles; toClient: Quantiles };
-  /** CPU the edge's processes used per request through it (ms), where it can be read. */
-  edgeCpuMs?: number;
+  /**
+   * CPU the Worker's workerd process used per request through it (ms), where `/proc` can be read:
+   * over the side's own turns, so its idle work (the edge's health probes, say) is included.
+   */
+  cpuMs?: number;
 }
 
 export interface OverheadFigures {
@@ -220,8 +223,11 @@ export interface OverheadFigures {
 export async function startBaseline(
   script: "forward.js" | "relay.js",
   upstream: string,
-): Promise<{ url: string; stop(): Promise<void> }> {
+): Promise<{ url: string; cpuSeconds(): number | undefined; stop(): Promise<void> }> {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  // Miniflare runs the Worker in a workerd of this process's own: the one that is new after the start.
+  const ours = () => (processes() ?? []).filter((p) => p.ppid === process.pid && p.comm === "workerd");
+  const before = new Set(ours().map((p) => p.pid));
   const worker = await serveWorker(
     {
       modules: true,
@@ -232,7 +238,12 @@ export async function startBaseline(
     },
     { host: "127.0.0.1", port: await freePort() },
   );
-  return { url: worker.url.origin, stop: () => worker.dispose() };
+  const pid = ours().find((p) => !before.has(p.pid))?.pid;
+  return {
+    url: worker.url.origin,
+    cpuSeconds: () => (pid === undefined ? undefined : processCpuSeconds(pid)),
+    stop: () => worker.dispose(),
+  };
 }
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
@@ -301,7 +312,7 @@ function sides(
 /** One side's pairs: each a request straight to the simulator and the same through the side. */
 interface Pairs {
   pairs: { direct: Timing; edge: Timing }[];
-  /** CPU seconds the edge's processes used while these pairs ran, where it can be read. */
+  /** CPU seconds the side's Worker used while these pairs ran, where it can be read. */
   cpuSeconds?: number;
 }
 
@@ -355,7 +366,7 @@ async function summarize(gw: BenchGateway, streams: number, runs: Pairs[]): Prom
       ttft: q(good.map((p) => p.edge.ttft - p.direct.ttft)),
       total: q(good.map((p) => p.edge.total - p.direct.total)),
     },
-    ...(cpu !== undefined && pairs.length ? { edgeCpuMs: (cpu * 1000) / pairs.length } : {}),
+    ...(cpu !== undefined && pairs.length ? { cpuMs: (cpu * 1000) / pairs.length } : {}),
     ...(await split(gw, good)),
   };
 }
@@ -414,14 +425,15 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       const forwards: PairedRun[] = [];
       const relays: PairedRun[] = [];
       for (const warm of [stream, forward, relay]) await runPairs(warm, 1, Math.min(30, serialPairs));
-      const cpu = () => gw.edgeCpuSeconds();
+      const edgePid = gw.edgeWorkerdPid();
+      const cpu = () => (edgePid === undefined ? undefined : processCpuSeconds(edgePid));
       // One stream: the sides take turns in rounds, so that a slow spell of this machine falls on
       // all of them rather than on whichever side was running then; each round starts with a
       // different side.
       const turns = [
         { pair: stream, cpu, into: runs },
-        { pair: forward, into: forwards },
-        { pair: relay, into: relays },
+        { pair: forward, cpu: forwarder.cpuSeconds, into: forwards },
+        { pair: relay, cpu: relayer.cpuSeconds, into: relays },
         { pair: same, into: sames },
         { pair: floor, cpu, into: floors },
       ];
@@ -439,9 +451,9 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       await runPairs(stream, streams, 1);
       runs.push(await measure(gw, stream, streams, pairsPerStream, cpu));
       await runPairs(forward, streams, 1);
-      forwards.push(await measure(gw, forward, streams, pairsPerStream));
+      forwards.push(await measure(gw, forward, streams, pairsPerStream, forwarder.cpuSeconds));
       await runPairs(relay, streams, 1);
-      relays.push(await measure(gw, relay, streams, pairsPerStream));
+      relays.push(await measure(gw, relay, streams, pairsPerStream, relayer.cpuSeconds));
       sames.push(await measure(gw, same, streams, pairsPerStream));
       floors.push(await measure(gw, floor, streams, pairsPerStream, cpu));
       return {
@@ -468,20 +480,20 @@ export function reportOverhead(f: OverheadFigures): string {
     `${String(r.streams).padStart(7)} ${String(r.pairs).padStart(6)} ${String(r.failed).padStart(6)} | ` +
     (ttft ? `${pair(r.direct.ttft)}  ${pair(r.edge.ttft)}  ${pair(r.added.ttft)} | ` : "") +
     `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)} | ` +
-    (r.edgeCpuMs !== undefined ? fmt(r.edgeCpuMs).padStart(8) : "       -");
+    (r.cpuMs !== undefined ? fmt(r.cpuMs).padStart(8) : "       -");
   /** A baseline's rows under its title, its columns named after it. */
   const table = (title: string, name: string, added: string, runs: PairedRun[]) => {
     const columns = `${name.padEnd(13)}${added.padEnd(12)}|`;
     return [
       `${title}, ms, p50 / p99`,
-      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns}`,
+      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns} CPU ms/request`,
       ...runs.map((r) => row(r, true)),
     ];
   };
   const lines = [
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
-    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | edge CPU ms/request",
-    "(edge CPU: all the edge's processes used during the run over its requests, idle work such as probes included, so it is high when requests are few)",
+    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | CPU ms/request",
+    "(CPU: what the Worker's workerd process used during its own turns over its requests, idle work such as the edge's health probes included, so it is high when requests are few)",
     ...f.runs.map((r) => row(r, true)),
     ...table(
       "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams",
@@ -502,7 +514,7 @@ export function reportOverhead(f: OverheadFigures): string {
       f.same,
     ),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
-    "streams  pairs failed | total: direct     edge         added       | edge CPU ms/request",
+    "streams  pairs failed | total: direct     edge         added       | CPU ms/request",
     ...f.floor.map((r) => row(r, false)),
   ];
   /** Every measured side: its name in failure lines, and in the split table (the floor has no split). */

@@ -168,8 +168,11 @@ describe("gateway benchmarks (smoke)", () => {
     for (const r of [...figures.runs, ...figures.forward, ...figures.relay, ...figures.same])
       expect(Number.isFinite(r.split?.toBackend.p50) && Number.isFinite(r.split?.toClient.p50)).toBe(true);
     expect(figures.floor.every((r) => r.split === undefined)).toBe(true);
-    // The edge's CPU is read from /proc on Linux, where this runs.
-    expect(figures.runs.every((r) => r.edgeCpuMs !== undefined && r.edgeCpuMs > 0)).toBe(true);
+    // Each Worker's CPU is read from /proc on Linux, where this runs (a baseline's few requests may
+    // stay under one clock tick).
+    expect(figures.runs.every((r) => r.cpuMs !== undefined && r.cpuMs > 0)).toBe(true);
+    for (const r of [...figures.forward, ...figures.relay]) expect(r.cpuMs).toBeGreaterThanOrEqual(0);
+    expect(figures.same.every((r) => r.cpuMs === undefined)).toBe(true);
     const report = reportOverhead(figures);
     expect(report).toMatch(/target at 4 streams: added p50 [\d.-]+ ms < 1.5 ms (met|MISSED)/);
     expect(report).toMatch(/a Worker that only forwards adds p50 [\d.-]+ ms/);

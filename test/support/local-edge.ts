@@ -60,6 +60,25 @@ export interface ProcessInfo {
   cpuTicks: number;
 }
 
+/** One process from Linux's `/proc/<pid>/stat`; undefined once it is gone, or where there is no `/proc`. */
+function processInfo(pid: number): ProcessInfo | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+  // Fields after the command's closing parenthesis: state, ppid, pgrp, … utime is the 12th, stime the 13th.
+  const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+  return {
+    pid,
+    ppid: Number(fields[1]),
+    pgrp: Number(fields[2]),
+    comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
+    cpuTicks: Number(fields[11]) + Number(fields[12]),
+  };
+}
+
 /** Every live process, from Linux's `/proc/<pid>/stat`; undefined where there is no `/proc`. */
 export function processes(): ProcessInfo[] | undefined {
   let pids: string[];
@@ -68,24 +87,13 @@ export function processes(): ProcessInfo[] | undefined {
   } catch {
     return undefined;
   }
-  const found: ProcessInfo[] = [];
-  for (const pid of pids) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      // Fields after the command's closing parenthesis: state, ppid, pgrp, … utime is the 12th, stime the 13th.
-      const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
-      found.push({
-        pid: Number(pid),
-        ppid: Number(fields[1]),
-        pgrp: Number(fields[2]),
-        comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
-        cpuTicks: Number(fields[11]) + Number(fields[12]),
-      });
-    } catch {
-      // Gone.
-    }
-  }
-  return found;
+  return pids.flatMap((pid) => processInfo(Number(pid)) ?? []);
+}
+
+/** CPU seconds one process has used so far; undefined once it is gone, or where there is no `/proc`. */
+export function processCpuSeconds(pid: number): number | undefined {
+  const info = processInfo(pid);
+  return info && info.cpuTicks / 100; // USER_HZ
 }
 
 /** CPU seconds of every live process in a process group. */
