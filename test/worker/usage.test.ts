@@ -54,7 +54,12 @@ async function stored(keyIds: string[]): Promise<Map<string, Sums>> {
 /** A stand-in for `ctx.waitUntil` that lets the test wait for exactly what the runtime would. */
 function executionContext() {
   const promises: Promise<unknown>[] = [];
-  return { waitUntil: (p: Promise<unknown>) => void promises.push(p), settled: () => Promise.all(promises) };
+  return {
+    waitUntil: (p: Promise<unknown>) => void promises.push(p),
+    settled: () => Promise.all(promises),
+    /** How many promises `waitUntil` was given. */
+    pending: () => promises.length,
+  };
 }
 
 const entryFor = (account: Account, overrides: Partial<UsageEntry> = {}): UsageEntry => ({
@@ -165,13 +170,10 @@ describe("usage metering", () => {
   it("gives the requests of one flush one timer and one waitUntil, and writes every entry", async () => {
     const keyId = `${account.key.id}-one-timer`;
     const entries = Array.from({ length: 20 }, (_, i) => entryFor(account, { keyId, promptTokens: i + 1 }));
-    const contexts = entries.map(() => {
-      const promises: Promise<unknown>[] = [];
-      return { promises, waitUntil: (p: Promise<unknown>) => void promises.push(p) };
-    });
+    const contexts = entries.map(() => executionContext());
     entries.forEach((e, i) => meter(env, contexts[i]!.waitUntil, e));
-    expect(contexts.map((c) => c.promises.length)).toEqual([1, ...entries.slice(1).map(() => 0)]);
-    await Promise.all(contexts[0]!.promises);
+    expect(contexts.map((c) => c.pending())).toEqual([1, ...entries.slice(1).map(() => 0)]);
+    await contexts[0]!.settled();
     expect(await stored([keyId])).toEqual(expected(entries));
   });
 
