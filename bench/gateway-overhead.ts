@@ -223,7 +223,13 @@ export interface OverheadFigures {
 export async function startBaseline(
   script: "forward.js" | "relay.js",
   upstream: string,
-): Promise<{ url: string; cpuSeconds(): number | undefined; stop(): Promise<void> }> {
+): Promise<{
+  url: string;
+  /** Its workerd process, where `/proc` can be read. */
+  pid: number | undefined;
+  cpuSeconds(): number | undefined;
+  stop(): Promise<void>;
+}> {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   // Miniflare runs the Worker in a workerd of this process's own: the one that is new after the start.
   const ours = () => (processes() ?? []).filter((p) => p.ppid === process.pid && p.comm === "workerd");
@@ -241,6 +247,7 @@ export async function startBaseline(
   const pid = ours().find((p) => !before.has(p.pid))?.pid;
   return {
     url: worker.url.origin,
+    pid,
     cpuSeconds: () => (pid === undefined ? undefined : processCpuSeconds(pid)),
     stop: () => worker.dispose(),
   };

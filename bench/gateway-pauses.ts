@@ -18,7 +18,6 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { clock, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
 import { edgeSide, overheadPart, send, startBaseline, workerSide, type Side } from "./gateway-overhead.js";
-import { processes } from "../test/support/local-edge.js";
 import { fmt, quantile } from "./stats.js";
 
 /** Samples per second. */
@@ -112,10 +111,6 @@ function perfUnavailable(): string | undefined {
   return undefined;
 }
 
-/** workerd processes that are children of this one (the baseline Workers this process serves). */
-const childWorkerds = () =>
-  new Set((processes() ?? []).filter((p) => p.comm === "workerd" && p.ppid === process.pid).map((p) => p.pid));
-
 async function record(side: string, pid: number, request: Side, seconds: number): Promise<PauseRun> {
   for (let i = 0; i < 100; i++) await send(request);
   const dir = mkdtempSync(join(tmpdir(), "sextant-pauses-"));
@@ -173,10 +168,9 @@ export async function runPauses(options: { seconds?: number; gateway?: BenchGate
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
     const edgePid = gw.edgeWorkerdPid();
     if (edgePid === undefined) return { skipped: "the edge's workerd process was not found" };
-    const before = childWorkerds();
     const relay = await startBaseline("relay.js", gw.backends.url("overhead"));
     try {
-      const relayPid = [...childWorkerds()].find((pid) => !before.has(pid));
+      const relayPid = relay.pid;
       if (relayPid === undefined) return { skipped: "the relay Worker's workerd process was not found" };
       return {
         runs: [

@@ -60,6 +60,9 @@ export interface ProcessInfo {
   cpuTicks: number;
 }
 
+/** Clock ticks per second in `/proc/<pid>/stat` (Linux's USER_HZ). */
+const USER_HZ = 100;
+
 /** One process from Linux's `/proc/<pid>/stat`; undefined once it is gone, or where there is no `/proc`. */
 function processInfo(pid: number): ProcessInfo | undefined {
   let stat: string;
@@ -93,7 +96,7 @@ export function processes(): ProcessInfo[] | undefined {
 /** CPU seconds one process has used so far; undefined once it is gone, or where there is no `/proc`. */
 export function processCpuSeconds(pid: number): number | undefined {
   const info = processInfo(pid);
-  return info && info.cpuTicks / 100; // USER_HZ
+  return info && info.cpuTicks / USER_HZ;
 }
 
 /** CPU seconds of every live process in a process group. */
@@ -101,7 +104,7 @@ function groupCpuSeconds(group: number): number | undefined {
   const all = processes();
   if (!all) return undefined;
   const ticks = all.filter((p) => p.pgrp === group).reduce((sum, p) => sum + p.cpuTicks, 0);
-  return ticks / 100; // USER_HZ
+  return ticks / USER_HZ;
 }
 
 /**

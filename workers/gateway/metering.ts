@@ -55,8 +55,8 @@ const buffer = new Map<string, Row>();
 let started = 0;
 let finished = 0;
 let inFlight: Promise<void> | undefined;
-/** The flush a timer is waiting to start (its ticket), and when it will start. */
-let scheduled: { ticket: number; at: number } | undefined;
+/** When the flush that a timer is waiting to start will start; cleared as any flush starts. */
+let scheduledAt: number | undefined;
 
 /**
  * How long a metered entry waits before its flush starts, so that the requests of that second
@@ -94,15 +94,9 @@ export function meter(
   const ticket = started + 1;
   // A flush that has not started yet takes this entry too: its timer and `waitUntil` cover it.
   const due = Date.now() + delayMs;
-  if (scheduled && scheduled.ticket === ticket && scheduled.at <= due) return;
-  const mine = { ticket, at: due };
-  scheduled = mine;
-  waitUntil(
-    later(delayMs).then(() => {
-      if (scheduled === mine) scheduled = undefined;
-      return settle(env, ticket);
-    }),
-  );
+  if (scheduledAt !== undefined && scheduledAt <= due) return;
+  scheduledAt = due;
+  waitUntil(later(delayMs).then(() => settle(env, ticket)));
 }
 
 /**
@@ -141,6 +135,8 @@ async function settle(env: Env, ticket: number): Promise<void> {
 
 function flushOnce(env: Env): Promise<void> {
   started++;
+  // Entries from now on need a flush after this one.
+  scheduledAt = undefined;
   const rows = [...buffer.values()];
   buffer.clear();
   return write(env, rows).finally(() => {

@@ -193,7 +193,7 @@ export async function limitUnauthenticated(c: Context<AppEnv>): Promise<void> {
  */
 export async function keyCreationVelocity(c: Context<AppEnv>): Promise<void> {
   const { abuse } = loadLimits(c.env);
-  const { user, org } = c.var.principal;
+  const { user, org } = c.get("principal");
   const decision = await isolateLimiter(c.env).admit(
     [
       {
@@ -207,7 +207,7 @@ export async function keyCreationVelocity(c: Context<AppEnv>): Promise<void> {
     { fast: false, failClosed: false, waitUntil: (p) => c.executionCtx.waitUntil(p) },
   );
   if (decision.ok) return;
-  if (!c.var.principal.throttle) {
+  if (!c.get("principal").throttle) {
     const until = Date.now() + abuse.throttleMinutes * 60_000;
     const reason = `more than ${abuse.keyCreationsPerUserPerHour} API keys created within an hour`;
     await recordThrottle(database(c.env.DB), {
@@ -221,7 +221,7 @@ export async function keyCreationVelocity(c: Context<AppEnv>): Promise<void> {
       expiresAt: until,
     });
     // This isolate applies it at once; the others within the key cache's TTL.
-    keyCache(c.var.config).evict({ userId: user.id });
+    keyCache(c.get("config")).evict({ userId: user.id });
   }
   throw refusal(decision);
 }

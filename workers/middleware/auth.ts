@@ -4,7 +4,7 @@ import { authenticate, bearerToken } from "../auth/authenticate.js";
 import { limitUnauthenticated } from "../limits/enforce.js";
 import { ApiError } from "../problem.js";
 
-/** Requires a valid, unrevoked, unexpired API key and exposes its principal as `c.var.principal`. */
+/** Requires a valid, unrevoked, unexpired API key and exposes its principal as `c.get("principal")`. */
 export const requireApiKey = createMiddleware<AppEnv>(async (c, next) => {
   let principal;
   try {
@@ -26,7 +26,7 @@ async function digest(text: string): Promise<ArrayBuffer> {
 
 /** Guards the operator surface with `ADMIN_SECRET`, compared in constant time. */
 export const requireAdmin = createMiddleware<AppEnv>(async (c, next) => {
-  const secret = c.var.config.ADMIN_SECRET;
+  const secret = c.get("config").ADMIN_SECRET;
   if (!secret) throw new ApiError("forbidden", "The admin surface is disabled: ADMIN_SECRET is not set on this edge.");
   const token = bearerToken(c.req.header("Authorization"));
   if (!token) {

@@ -8,6 +8,6 @@ export const me = new Hono<AppEnv>()
   .use(requireApiKey)
   .use(limit("admin"))
   .get("/", (c) => {
-    const { org, user, key } = c.var.principal;
+    const { org, user, key } = c.get("principal");
     return c.json({ org, user, key } satisfies Me);
   });

@@ -57,7 +57,7 @@ export const usage = new Hono<AppEnv>()
   .use(requireApiKey)
   .use(limit("admin"))
   .get("/", async (c) => {
-    const { org, user } = c.var.principal;
+    const { org, user } = c.get("principal");
     const { from, to, groupBy } = parseQuery(c.req.query());
     const columns = groupBy.map((d) => DIMENSIONS[d].column);
     const filters: SQL[] = [eq(usageDaily.orgId, org.id), between(usageDaily.day, from, to)];

@@ -27,7 +27,7 @@ const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}
 /** The caller's workspace, or 404: another org's workspace is indistinguishable from a missing one. */
 async function ownWorkspace(c: Context<AppEnv>) {
   const id = c.req.param("id")!;
-  const workspace = await getWorkspace(database(c.env.DB), c.var.principal.org.id, id);
+  const workspace = await getWorkspace(database(c.env.DB), c.get("principal").org.id, id);
   if (!workspace) throw notFound(id);
   return { workspace, stub: workspaceStub(c.env, workspace.id) };
 }
@@ -54,7 +54,7 @@ async function timed<T extends object>(
   }
   if ("backendFailure" in result) {
     const { timedOut, message } = (result as BackendFailure).backendFailure;
-    console.error(JSON.stringify({ level: "error", requestId: c.var.requestId, message }));
+    console.error(JSON.stringify({ level: "error", requestId: c.get("requestId"), message }));
     throw new ApiError(
       timedOut ? "upstream_timeout" : "upstream_failure",
       timedOut ? "The index backend did not answer in time; retry." : "The index backend failed; retry.",
@@ -69,12 +69,12 @@ async function timed<T extends object>(
  * whole or not at all.
  */
 async function embed(c: Context<AppEnv>, keyBytes: Uint8Array, texts: string[], kind: EmbedKind) {
-  const embedder = embedderFor(c.env, c.var.requestId);
+  const embedder = embedderFor(c.env, c.get("requestId"));
   let vectors: Float32Array[];
   try {
     vectors = await embedder.embed(texts, kind);
   } catch (err) {
-    if (err instanceof EmbeddingError) throw embeddingProblem(err, c.var.requestId, embedder.model);
+    if (err instanceof EmbeddingError) throw embeddingProblem(err, c.get("requestId"), embedder.model);
     throw err;
   }
   return { vectors, key: vectorKey(keyBytes, embedder.dims) };
@@ -92,7 +92,7 @@ async function chunkVectors(
   keyBytes: Uint8Array,
   chunks: { id: string; text: string }[],
 ): Promise<{ vectors: Float32Array[]; cacheModel: string | undefined; reused: number }> {
-  const embedder = embedderFor(c.env, c.var.requestId);
+  const embedder = embedderFor(c.env, c.get("requestId"));
   const cacheModel = embedder.model === BUILTIN_MODEL ? undefined : embedder.model;
   const cached = cacheModel
     ? ((await stub.cachedVectors(
@@ -119,7 +119,7 @@ export const workspaces = new Hono<AppEnv>()
   .use(limit("index"))
   .post("/", async (c) => {
     const { name } = await jsonBody(c, CreateWorkspaceRequest);
-    const org = c.var.principal.org;
+    const org = c.get("principal").org;
     const workspace = await createWorkspace(database(c.env.DB), org.id, name);
     await workspaceStub(c.env, workspace.id).init({
       workspaceId: workspace.id,
@@ -128,7 +128,7 @@ export const workspaces = new Hono<AppEnv>()
     });
     return c.json(workspace, 201);
   })
-  .get("/", async (c) => c.json({ data: await listWorkspaces(database(c.env.DB), c.var.principal.org.id) }))
+  .get("/", async (c) => c.json({ data: await listWorkspaces(database(c.env.DB), c.get("principal").org.id) }))
   .get("/:id", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
     const tree = await timed(c, workspace.id, () => stub.status());

@@ -30,6 +30,6 @@ export const adminKeys = new Hono<AppEnv>()
     const key = await getApiKey(db, c.req.param("keyId"));
     if (!key) throw new ApiError("not_found", `No API key \`${c.req.param("keyId")}\`.`);
     const revoked = await revokeApiKey(db, key.id);
-    keyCache(c.var.config).evict({ keyId: key.id });
+    keyCache(c.get("config")).evict({ keyId: key.id });
     return c.json(revoked);
   });

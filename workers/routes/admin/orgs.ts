@@ -24,7 +24,7 @@ export const adminOrgs = new Hono<AppEnv>()
     const body = await jsonBody(c, UpdateOrgRequest);
     const org = await updateOrg(database(c.env.DB), c.req.param("orgId"), body);
     if (!org) throw orgNotFound(c.req.param("orgId"));
-    keyCache(c.var.config).evict({ orgId: org.id });
+    keyCache(c.get("config")).evict({ orgId: org.id });
     return c.json(org);
   })
   .post("/:orgId/users", async (c) => {
