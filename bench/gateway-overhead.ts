@@ -3,7 +3,11 @@
  * backend and through the local edge, in pairs (alternating which goes first), so that both halves
  * of a pair see the same machine. Paired differences of time to first token and of total time, at
  * one stream at a time and at many concurrent streams. The simulator never slows down (capacity far
- * above the load), and runs in its own process by default, off the client's event loop.
+ * above the load), and runs in its own process by default, off the client's event loop. At one
+ * stream it sends 1,000 tokens/s, the most events per second a stream can ask of the edge; with many
+ * streams it sends each at a loaded GPU's pace, so that the machine is not saturated and the paired
+ * differences still measure the Workers rather than the wait for a core (the report says how many
+ * cores were busy).
  *
  *   npx tsx bench/gateway-overhead.ts           # 500 pairs serially, then 200 streams × 5 pairs
  *
@@ -18,16 +22,18 @@
  * at the backend: getting the request there, and getting its first token back.
  */
 import { randomUUID } from "node:crypto";
+import { availableParallelism } from "node:os";
 import { pathToFileURL } from "node:url";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { z } from "zod";
 import { serveWorker } from "../scripts/edge.js";
-import { freePort, processCpuSeconds, processes } from "../test/support/local-edge.js";
+import { freePort, machineCpuTicks, processCpuSeconds, processes } from "../test/support/local-edge.js";
 import { renderFim } from "../workers/gateway/prompts.js";
 import {
   VIRGINIA,
   clock,
   quantileOf,
+  sleep,
   verdict,
   withGateway,
   type BenchGateway,
@@ -42,6 +48,8 @@ export interface OverheadOptions {
   /** Concurrent streams, each doing `pairsPerStream` pairs one after another. */
   streams?: number;
   pairsPerStream?: number;
+  /** The simulator's tokens per second per stream while the concurrent streams run. */
+  concurrentTokensPerSecond?: number;
   /** Ignored when `gateway` is given: it has its own simulator. */
   simulator?: SimulatorMode;
   gateway?: BenchGateway;
@@ -52,6 +60,12 @@ const MODEL = "tab-overhead";
 const TOKENS = 16;
 const TTFT_MS = 20;
 const TOKENS_PER_SECOND = 1000;
+/**
+ * Per stream while many run at once: a loaded GPU's pace. At 1,000 tokens/s, 200 streams would ask
+ * this machine for several cores' worth of event relaying, and the figure would measure the queue
+ * for a core rather than the gateway; at this pace the machine keeps spare CPU, which the report shows.
+ */
+const CONCURRENT_TOKENS_PER_SECOND = 20;
 const PROMPT = "def fibonacci(n):\n    ";
 const SUFFIX = "\n\nprint(fibonacci(10))\n";
 /** How many turns the sides take at one stream (each a share of the serial pairs). */
@@ -187,6 +201,11 @@ export interface PairedRun {
    * over the side's own turns, so its idle work (the edge's health probes, say) is included.
    */
   cpuMs?: number;
+  /**
+   * How many of the machine's cores were busy on average while the pairs ran (Linux): near the
+   * machine's count, the figures measure waiting for a core more than the Worker.
+   */
+  busyCores?: number;
 }
 
 export interface OverheadFigures {
@@ -194,6 +213,10 @@ export interface OverheadFigures {
   tokens: number;
   ttftMs: number;
   tokensPerSecond: number;
+  /** The pace per stream while the concurrent streams run. */
+  concurrentTokensPerSecond: number;
+  /** The machine's cores, for `busyCores`. */
+  cores: number;
   /** Streamed completions, simulator vs edge. */
   runs: PairedRun[];
   /**
@@ -321,6 +344,8 @@ interface Pairs {
   pairs: { direct: Timing; edge: Timing }[];
   /** CPU seconds the side's Worker used while these pairs ran, where it can be read. */
   cpuSeconds?: number;
+  /** The machine's busy and total CPU ticks while they ran, where they can be read. */
+  machine?: { busy: number; total: number };
 }
 
 async function runPairs(
@@ -328,11 +353,16 @@ async function runPairs(
   streams: number,
   pairsPerStream: number,
   cpuSeconds: () => number | undefined = () => undefined,
+  spreadMs = 0,
 ): Promise<Pairs> {
   const pairs: { direct: Timing; edge: Timing }[] = [];
+  const machineBefore = machineCpuTicks();
   const cpuBefore = cpuSeconds();
   await Promise.all(
     Array.from({ length: streams }, async (_, worker) => {
+      // Streams that start together stay in step, and every token would arrive in bursts of all of
+      // them: their starts are spread over `spreadMs` instead.
+      if (spreadMs > 0) await sleep((worker * spreadMs) / streams);
       for (let n = 0; n < pairsPerStream; n++) {
         // Alternate which side goes first, so that neither always finds the machine in the same state.
         const directFirst = (n + worker) % 2 === 0;
@@ -343,9 +373,13 @@ async function runPairs(
     }),
   );
   const cpuAfter = cpuSeconds();
+  const machineAfter = machineCpuTicks();
   return {
     pairs,
     ...(cpuBefore !== undefined && cpuAfter !== undefined ? { cpuSeconds: cpuAfter - cpuBefore } : {}),
+    ...(machineBefore && machineAfter
+      ? { machine: { busy: machineAfter.busy - machineBefore.busy, total: machineAfter.total - machineBefore.total } }
+      : {}),
   };
 }
 
@@ -362,6 +396,8 @@ async function summarize(gw: BenchGateway, streams: number, runs: Pairs[]): Prom
   const cpu = runs.every((r) => r.cpuSeconds !== undefined)
     ? runs.reduce((sum, r) => sum + r.cpuSeconds!, 0)
     : undefined;
+  const busy = runs.reduce((sum, r) => sum + (r.machine?.busy ?? 0), 0);
+  const total = runs.reduce((sum, r) => sum + (r.machine?.total ?? 0), 0);
   return {
     streams,
     pairs: good.length,
@@ -374,6 +410,7 @@ async function summarize(gw: BenchGateway, streams: number, runs: Pairs[]): Prom
       total: q(good.map((p) => p.edge.total - p.direct.total)),
     },
     ...(cpu !== undefined && pairs.length ? { cpuMs: (cpu * 1000) / pairs.length } : {}),
+    ...(runs.every((r) => r.machine) && total > 0 ? { busyCores: (busy / total) * availableParallelism() } : {}),
     ...(await split(gw, good)),
   };
 }
@@ -384,8 +421,9 @@ async function measure(
   streams: number,
   pairsPerStream: number,
   cpuSeconds?: () => number | undefined,
+  spreadMs?: number,
 ): Promise<PairedRun> {
-  return summarize(gw, streams, [await runPairs(pair, streams, pairsPerStream, cpuSeconds)]);
+  return summarize(gw, streams, [await runPairs(pair, streams, pairsPerStream, cpuSeconds, spreadMs)]);
 }
 
 /**
@@ -418,6 +456,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
   const serialPairs = options.serialPairs ?? 500;
   const streams = options.streams ?? 200;
   const pairsPerStream = options.pairsPerStream ?? 5;
+  const concurrentTokensPerSecond = options.concurrentTokensPerSecond ?? CONCURRENT_TOKENS_PER_SECOND;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
     const forwarder = await startBaseline("forward.js", gw.backends.url(BACKEND));
     const relayer = await startBaseline("relay.js", gw.backends.url(BACKEND)).catch(async (err: unknown) => {
@@ -454,20 +493,29 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         }
       }
       for (const [at, side] of turns.entries()) side.into.push(await summarize(gw, 1, collected[at]!));
-      // One pair per stream first: opens every connection before anything is measured.
-      await runPairs(stream, streams, 1);
-      runs.push(await measure(gw, stream, streams, pairsPerStream, cpu));
-      await runPairs(forward, streams, 1);
-      forwards.push(await measure(gw, forward, streams, pairsPerStream, forwarder.cpuSeconds));
-      await runPairs(relay, streams, 1);
-      relays.push(await measure(gw, relay, streams, pairsPerStream, relayer.cpuSeconds));
-      sames.push(await measure(gw, same, streams, pairsPerStream));
-      floors.push(await measure(gw, floor, streams, pairsPerStream, cpu));
+      await gw.backends.configure(BACKEND, { tokensPerSecond: concurrentTokensPerSecond });
+      // One answer's length at this pace: the streams' starts are spread over it.
+      const spread = TTFT_MS + ((TOKENS - 1) * 1000) / concurrentTokensPerSecond;
+      try {
+        // One pair per stream first: opens every connection before anything is measured.
+        await runPairs(stream, streams, 1);
+        runs.push(await measure(gw, stream, streams, pairsPerStream, cpu, spread));
+        await runPairs(forward, streams, 1);
+        forwards.push(await measure(gw, forward, streams, pairsPerStream, forwarder.cpuSeconds, spread));
+        await runPairs(relay, streams, 1);
+        relays.push(await measure(gw, relay, streams, pairsPerStream, relayer.cpuSeconds, spread));
+        sames.push(await measure(gw, same, streams, pairsPerStream, undefined, spread));
+        floors.push(await measure(gw, floor, streams, pairsPerStream, cpu, spread));
+      } finally {
+        await gw.backends.configure(BACKEND, { tokensPerSecond: TOKENS_PER_SECOND });
+      }
       return {
         simulator: gw.backends.mode,
         tokens: TOKENS,
         ttftMs: TTFT_MS,
         tokensPerSecond: TOKENS_PER_SECOND,
+        concurrentTokensPerSecond,
+        cores: availableParallelism(),
         runs,
         floor: floors,
         forward: forwards,
@@ -487,20 +535,22 @@ export function reportOverhead(f: OverheadFigures): string {
     `${String(r.streams).padStart(7)} ${String(r.pairs).padStart(6)} ${String(r.failed).padStart(6)} | ` +
     (ttft ? `${pair(r.direct.ttft)}  ${pair(r.edge.ttft)}  ${pair(r.added.ttft)} | ` : "") +
     `${pair(r.direct.total)}  ${pair(r.edge.total)}  ${pair(r.added.total)} | ` +
-    (r.cpuMs !== undefined ? fmt(r.cpuMs).padStart(8) : "       -");
+    (r.cpuMs !== undefined ? fmt(r.cpuMs).padStart(14) : "             -") +
+    ` | ${r.busyCores !== undefined ? fmt(r.busyCores).padStart(4) : "   -"}`;
+  const busy = `busy cores (of ${f.cores})`;
   /** A baseline's rows under its title, its columns named after it. */
   const table = (title: string, name: string, added: string, runs: PairedRun[]) => {
     const columns = `${name.padEnd(13)}${added.padEnd(12)}|`;
     return [
       `${title}, ms, p50 / p99`,
-      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns} CPU ms/request`,
+      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns} CPU ms/request | ${busy}`,
       ...runs.map((r) => row(r, true)),
     ];
   };
   const lines = [
-    `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, ${f.tokensPerSecond} tokens/s), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
-    "streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | CPU ms/request",
-    "(CPU: what the Worker's workerd process used during its own turns over its requests, idle work such as the edge's health probes included, so it is high when requests are few)",
+    `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, then ${f.tokensPerSecond} tokens/s at one stream and ${f.concurrentTokensPerSecond} tokens/s per stream when several run at once), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
+    `streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | CPU ms/request | ${busy}`,
+    "(CPU: what the Worker's workerd process used during its own turns over its requests, idle work such as the edge's health probes included, so it is high when requests are few; busy cores: the whole machine's, client and simulator included)",
     ...f.runs.map((r) => row(r, true)),
     ...table(
       "a Worker that only forwards (bench/workers/forward.js, no gateway code, run as npm start runs the edge), the same streams",
@@ -521,7 +571,7 @@ export function reportOverhead(f: OverheadFigures): string {
       f.same,
     ),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
-    "streams  pairs failed | total: direct     edge         added       | CPU ms/request",
+    `streams  pairs failed | total: direct     edge         added       | CPU ms/request | ${busy}`,
     ...f.floor.map((r) => row(r, false)),
   ];
   /** Every measured side: its name in failure lines, and in the split table (the floor has no split). */

@@ -149,7 +149,13 @@ describe("gateway benchmarks (smoke)", () => {
   afterAll(async () => gateway?.stop());
 
   it("overhead pairs direct and edge requests at one and several streams, against the edge's floor", async () => {
-    const figures = await runOverhead({ serialPairs: 10, streams: 4, pairsPerStream: 2, gateway });
+    const figures = await runOverhead({
+      serialPairs: 10,
+      streams: 4,
+      pairsPerStream: 2,
+      concurrentTokensPerSecond: 400,
+      gateway,
+    });
     expect(figures.runs.map((r) => [r.streams, r.pairs + r.failed])).toEqual([
       [1, 10],
       [4, 8],
@@ -173,7 +179,13 @@ describe("gateway benchmarks (smoke)", () => {
     expect(figures.runs.every((r) => r.cpuMs !== undefined && r.cpuMs > 0)).toBe(true);
     for (const r of [...figures.forward, ...figures.relay]) expect(r.cpuMs).toBeGreaterThanOrEqual(0);
     expect(figures.same.every((r) => r.cpuMs === undefined)).toBe(true);
+    // How busy the whole machine was, for every side at every concurrency.
+    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay, ...figures.same])
+      expect(r.busyCores).toBeGreaterThan(0);
+    expect(figures.concurrentTokensPerSecond).toBe(400);
     const report = reportOverhead(figures);
+    expect(report).toContain("1000 tokens/s at one stream and 400 tokens/s per stream when several run at once");
+    expect(report).toMatch(/busy cores \(of \d+\)/);
     expect(report).toMatch(/target at 4 streams: added p50 [\d.-]+ ms < 1.5 ms (met|MISSED)/);
     expect(report).toMatch(/a Worker that only forwards adds p50 [\d.-]+ ms/);
     expect(report).toMatch(/one that relays each event in JavaScript adds p50 [\d.-]+ ms/);

@@ -99,6 +99,24 @@ export function processCpuSeconds(pid: number): number | undefined {
   return info && info.cpuTicks / USER_HZ;
 }
 
+/**
+ * The whole machine's CPU so far, in clock ticks summed over its cores, from Linux's `/proc/stat`:
+ * busy (everything but idle and I/O wait) and total. Undefined where there is no `/proc`.
+ */
+export function machineCpuTicks(): { busy: number; total: number } | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync("/proc/stat", "utf8");
+  } catch {
+    return undefined;
+  }
+  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"; guest time is already in user.
+  const ticks = (stat.split("\n", 1)[0] ?? "").trim().split(/\s+/).slice(1, 9).map(Number);
+  if (ticks.length < 5 || ticks.some((n) => !Number.isFinite(n))) return undefined;
+  const total = ticks.reduce((sum, n) => sum + n, 0);
+  return { busy: total - ticks[3]! - ticks[4]!, total };
+}
+
 /** CPU seconds of every live process in a process group. */
 function groupCpuSeconds(group: number): number | undefined {
   const all = processes();
