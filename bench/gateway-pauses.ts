@@ -31,6 +31,16 @@ const GAP_MS = 37;
 const GC_FRAME =
   /v8::internal::(?:Heap::CollectGarbage|Heap::PerformGarbageCollection|MarkCompactCollector|Scavenger|MinorMarkSweep|Sweeper|IncrementalMarking|ConcurrentMarking|MarkingVisitor)|cppgc::internal::|HeapTracer::|Wrappable::detachWrapper|BackingStore::~BackingStore/;
 
+/** Frames that only a symbolised workerd shows: without any, `perf` could not name its functions. */
+const RUNTIME_FRAME = /v8::|kj::|workerd::|cppgc::/;
+
+/**
+ * Below this many samples on the main thread, finding no collection can be true (a short run);
+ * above it, a Worker under steady traffic always collects, so none found means the frames were
+ * not recognised.
+ */
+const ENOUGH_SAMPLES = 2_000;
+
 export interface Pause {
   /** Seconds, on the clock `perf` recorded with. */
   start: number;
@@ -45,15 +55,18 @@ export interface Pause {
 export function gcPauses(
   script: string,
   frequency = FREQUENCY,
-): { pauses: Pause[]; samples: number; gcSamples: number } {
-  const samples: { tid: string; time: number; gc: boolean }[] = [];
-  let current: { tid: string; time: number; gc: boolean } | undefined;
+): { pauses: Pause[]; samples: number; gcSamples: number; symbolised: number } {
+  const samples: { tid: string; time: number; gc: boolean; symbolised: boolean }[] = [];
+  let current: { tid: string; time: number; gc: boolean; symbolised: boolean } | undefined;
   for (const line of script.split("\n")) {
     const head = /^\S*\s*(\d+)\s+(\d+\.\d+):/.exec(line);
     if (head && !line.startsWith("\t")) {
-      current = { tid: head[1]!, time: Number(head[2]), gc: false };
+      current = { tid: head[1]!, time: Number(head[2]), gc: false, symbolised: false };
       samples.push(current);
-    } else if (current && GC_FRAME.test(line)) current.gc = true;
+    } else if (current) {
+      if (GC_FRAME.test(line)) current.gc = true;
+      if (RUNTIME_FRAME.test(line)) current.symbolised = true;
+    }
   }
   const byThread = new Map<string, number>();
   for (const s of samples) byThread.set(s.tid, (byThread.get(s.tid) ?? 0) + 1);
@@ -80,7 +93,20 @@ export function gcPauses(
   if (open) pauses.push(open);
   // A run of n samples stands for about n intervals of time.
   for (const p of pauses) p.end += interval;
-  return { pauses, samples: samples.filter((s) => s.tid === main).length, gcSamples };
+  const onMain = samples.filter((s) => s.tid === main);
+  return { pauses, samples: onMain.length, gcSamples, symbolised: onMain.filter((s) => s.symbolised).length };
+}
+
+/**
+ * Why the collector could not be seen in a recording, or undefined when it could: no runtime
+ * symbols at all (a stripped binary), or enough samples and not one in a collector frame (a runtime
+ * whose collector functions have other names than `GC_FRAME` knows). Either would otherwise read
+ * as a Worker that never pauses.
+ */
+export function unattributed(found: { samples: number; gcSamples: number; symbolised: number }): string | undefined {
+  if (found.samples < ENOUGH_SAMPLES || found.gcSamples > 0) return undefined;
+  if (found.symbolised === 0) return `perf named none of workerd's functions in ${found.samples} samples`;
+  return `no collector frame among ${found.samples} samples: this workerd's collector functions are not among those bench/gateway-pauses.ts knows`;
 }
 
 export interface PauseRun {
@@ -97,6 +123,8 @@ export interface PauseRun {
   pauses: number[];
   /** Milliseconds per second the main thread spent collecting. */
   gcMsPerSecond: number;
+  /** Why no collection could be told apart in this recording; its pause figures then mean nothing. */
+  unattributed?: string;
 }
 
 export type PauseFigures = { runs: PauseRun[] } | { skipped: string };
@@ -137,7 +165,9 @@ async function record(side: string, pid: number, request: Side, seconds: number)
       encoding: "utf8",
       maxBuffer: 2 ** 30,
     }).stdout;
-    const { pauses, gcSamples } = gcPauses(script);
+    const found = gcPauses(script);
+    const { pauses, gcSamples } = found;
+    const why = unattributed(found);
     const totals = timed.map((t) => t.total);
     const p50 = quantile(totals, 0.5);
     const slow = timed.filter((t) => t.total >= p50 + SLOW_MS);
@@ -155,6 +185,7 @@ async function record(side: string, pid: number, request: Side, seconds: number)
         .filter((ms) => ms >= 2)
         .sort((a, b) => b - a),
       gcMsPerSecond: (gcSamples * 1000) / FREQUENCY / seconds,
+      ...(why ? { unattributed: why } : {}),
     };
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -191,6 +222,10 @@ export function reportPauses(f: PauseFigures): string {
     "side            seconds requests | total p50 / p99 ms | slow  in a GC pause | GC ms/s | pauses of 2 ms or more: count, median, longest (ms)",
   ];
   for (const r of f.runs) {
+    if (r.unattributed) {
+      lines.push(`${r.side.padEnd(15)} pauses not measured: ${r.unattributed}`);
+      continue;
+    }
     const median = r.pauses.length ? fmt(quantile(r.pauses, 0.5)) : "-";
     const longest = r.pauses.length ? fmt(r.pauses[0]!) : "-";
     lines.push(

@@ -15,7 +15,7 @@ import {
 } from "../../bench/gateway-failover.js";
 import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixture.js";
 import { overheadPart, reportOverhead, runOverhead, send } from "../../bench/gateway-overhead.js";
-import { gcPauses, reportPauses, runPauses } from "../../bench/gateway-pauses.js";
+import { gcPauses, reportPauses, runPauses, unattributed } from "../../bench/gateway-pauses.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
@@ -80,7 +80,7 @@ describe("benchmarks (smoke)", () => {
     expect(reportThroughput(figures)).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
   }, 180_000);
 
-  it("pauses finds collection pauses on the busiest thread of perf's samples", () => {
+  it("pauses finds collection pauses on the busiest thread of perf's samples, and says when it cannot", () => {
     // Samples 0.5 ms apart (2,000 Hz): three runs of collector frames on thread 7 (the last two
     // split by a sample outside the collector), one on thread 9.
     const sample = (tid: number, t: number, frames: string[]) =>
@@ -100,14 +100,45 @@ describe("benchmarks (smoke)", () => {
       sample(7, 10.0105, js),
       sample(7, 10.011, sweep),
     ].join("\n");
-    const { pauses, samples, gcSamples } = gcPauses(script, 2_000);
-    expect(samples).toBe(9);
-    expect(gcSamples).toBe(5);
-    expect(pauses.map((p) => [p.start, +(p.end - p.start).toFixed(4)])).toEqual([
+    const found = gcPauses(script, 2_000);
+    expect(found.samples).toBe(9);
+    expect(found.gcSamples).toBe(5);
+    expect(found.symbolised).toBe(9);
+    expect(found.pauses.map((p) => [p.start, +(p.end - p.start).toFixed(4)])).toEqual([
       [10.0005, 0.0015],
       [10.01, 0.0005],
       [10.011, 0.0005],
     ]);
+    // A short recording may hold no collection at all.
+    expect(unattributed(found)).toBeUndefined();
+    expect(unattributed(gcPauses(sample(7, 10, js), 2_000))).toBeUndefined();
+
+    // A long one with none means the collector went unrecognised, or perf named nothing: said, not
+    // reported as a Worker that never pauses.
+    const long = (frames: string[]) =>
+      gcPauses(Array.from({ length: 3_000 }, (_, i) => sample(7, 10 + i / 2_000, frames)).join("\n"), 2_000);
+    expect(unattributed(long(js))).toMatch(/^no collector frame among 3000 samples/);
+    expect(unattributed(long(["[unknown]", "[unknown]"]))).toMatch(/^perf named none of workerd's functions/);
+    const renamed = long(js);
+    expect(
+      reportPauses({
+        runs: [
+          {
+            side: "the edge",
+            seconds: 30,
+            requests: 1,
+            p50: 1,
+            p99: 1,
+            slow: 0,
+            slowInPause: 0,
+            pauses: [],
+            gcMsPerSecond: 0,
+            unattributed: unattributed(renamed)!,
+          },
+        ],
+      }),
+    ).toMatch(/the edge\s+pauses not measured: no collector frame/);
+    expect(unattributed(long([...js, ...gc]))).toBeUndefined();
   });
 
   it("teammate-clone makes a clone searchable without uploading any chunk", async () => {
