@@ -16,7 +16,8 @@
  * and the simulator. Two baseline Workers, served the same way, are measured in the same run: one
  * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
  * does nothing else (`bench/workers/relay.js`); so is the direct request paired with itself, the
- * noise under every paired difference. At one stream the sides take turns, a tenth of their pairs
+ * noise under every paired difference, and the edge paired with the relay, the gateway's own work
+ * over the least a Worker that touches every event does. At one stream the sides take turns, a tenth of their pairs
  * at a time, so that no side gets a quiet or a busy spell of the machine to itself. Each request
  * carries an `X-Request-Id` that the simulator records, which splits the added time to first token
  * at the backend: getting the request there, and getting its first token back.
@@ -240,6 +241,11 @@ export interface OverheadFigures {
    * this machine with no Worker at all, the noise under every paired difference above.
    */
   same: PairedRun[];
+  /**
+   * The edge paired with the JavaScript relay instead of the direct call: what the gateway's own
+   * work adds over the least a Worker that touches every event does, request by request.
+   */
+  overRelay: PairedRun[];
 }
 
 /** A baseline Worker from `bench/workers/` in its own workerd, served as `npm start` serves the edge. */
@@ -325,7 +331,7 @@ export const workerSide = (gw: BenchGateway, origin: string): Side => ({
 function sides(
   gw: BenchGateway,
   baselines: { forward: string; relay: string },
-): Record<"stream" | "floor" | "forward" | "relay" | "same", { direct: Side; edge: Side }> {
+): Record<"stream" | "floor" | "forward" | "relay" | "same" | "overRelay", { direct: Side; edge: Side }> {
   const direct = directSide(gw);
   return {
     stream: { direct, edge: edgeSide(gw) },
@@ -336,6 +342,7 @@ function sides(
     forward: { direct, edge: workerSide(gw, baselines.forward) },
     relay: { direct, edge: workerSide(gw, baselines.relay) },
     same: { direct, edge: direct },
+    overRelay: { direct: workerSide(gw, baselines.relay), edge: edgeSide(gw) },
   };
 }
 
@@ -464,9 +471,13 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       throw err;
     });
     try {
-      const { stream, floor, forward, relay, same } = sides(gw, { forward: forwarder.url, relay: relayer.url });
+      const { stream, floor, forward, relay, same, overRelay } = sides(gw, {
+        forward: forwarder.url,
+        relay: relayer.url,
+      });
       const runs: PairedRun[] = [];
       const sames: PairedRun[] = [];
+      const overRelays: PairedRun[] = [];
       const floors: PairedRun[] = [];
       const forwards: PairedRun[] = [];
       const relays: PairedRun[] = [];
@@ -481,6 +492,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         { pair: forward, cpu: forwarder.cpuSeconds, into: forwards },
         { pair: relay, cpu: relayer.cpuSeconds, into: relays },
         { pair: same, into: sames },
+        { pair: overRelay, into: overRelays },
         { pair: floor, cpu, into: floors },
       ];
       const rounds = Math.min(serialPairs, SERIAL_ROUNDS);
@@ -505,6 +517,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         await runPairs(relay, streams, 1);
         relays.push(await measure(gw, relay, streams, pairsPerStream, relayer.cpuSeconds, spread));
         sames.push(await measure(gw, same, streams, pairsPerStream, undefined, spread));
+        overRelays.push(await measure(gw, overRelay, streams, pairsPerStream, undefined, spread));
         floors.push(await measure(gw, floor, streams, pairsPerStream, cpu, spread));
       } finally {
         await gw.backends.configure(BACKEND, { tokensPerSecond: TOKENS_PER_SECOND });
@@ -521,6 +534,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         forward: forwards,
         relay: relays,
         same: sames,
+        overRelay: overRelays,
       };
     } finally {
       await forwarder.stop();
@@ -538,12 +552,12 @@ export function reportOverhead(f: OverheadFigures): string {
     (r.cpuMs !== undefined ? fmt(r.cpuMs).padStart(14) : "             -") +
     ` | ${r.busyCores !== undefined ? fmt(r.busyCores).padStart(4) : "   -"}`;
   const busy = `busy cores (of ${f.cores})`;
-  /** A baseline's rows under its title, its columns named after it. */
-  const table = (title: string, name: string, added: string, runs: PairedRun[]) => {
+  /** A baseline's rows under its title, its columns named after it (and after what it is paired with). */
+  const table = (title: string, name: string, added: string, runs: PairedRun[], base = "direct") => {
     const columns = `${name.padEnd(13)}${added.padEnd(12)}|`;
     return [
       `${title}, ms, p50 / p99`,
-      `streams  pairs failed | ttft: direct      ${columns} total: direct     ${columns} CPU ms/request | ${busy}`,
+      `streams  pairs failed | ttft: ${base.padEnd(12)}${columns} total: ${base.padEnd(11)}${columns} CPU ms/request | ${busy}`,
       ...runs.map((r) => row(r, true)),
     ];
   };
@@ -570,6 +584,13 @@ export function reportOverhead(f: OverheadFigures): string {
       "difference",
       f.same,
     ),
+    ...table(
+      "the edge against the relay Worker instead of the direct call (what the gateway's own work adds over the least a Worker that touches every event does)",
+      "edge",
+      "over relay",
+      f.overRelay,
+      "relay",
+    ),
     "floor of the local edge (GET /healthz, no gateway code, against the simulator's GET /health), ms, p50 / p99",
     `streams  pairs failed | total: direct     edge         added       | CPU ms/request | ${busy}`,
     ...f.floor.map((r) => row(r, false)),
@@ -580,6 +601,7 @@ export function reportOverhead(f: OverheadFigures): string {
     ["relay", "relay Worker", f.relay],
     ["forward", "forward Worker", f.forward],
     ["same", "direct again", f.same],
+    ["overRelay", "edge over relay", f.overRelay],
     ["floor", "floor", f.floor],
   ] as const;
   const splitRows = measured.flatMap(([, label, list]) =>
@@ -608,6 +630,7 @@ export function reportOverhead(f: OverheadFigures): string {
     const forward = f.forward.find((x) => x.streams === r.streams);
     const relay = f.relay.find((x) => x.streams === r.streams);
     const same = f.same.find((x) => x.streams === r.streams);
+    const overRelay = f.overRelay.find((x) => x.streams === r.streams);
     const worst = (x: PairedRun) =>
       `p50 ${fmt(Math.max(x.added.total.p50, x.added.ttft.p50))} ms, p99 ${fmt(Math.max(x.added.total.p99, x.added.ttft.p99))} ms`;
     lines.push(
@@ -618,7 +641,8 @@ export function reportOverhead(f: OverheadFigures): string {
           : "") +
         (forward ? `; a Worker that only forwards adds ${worst(forward)}` : "") +
         (relay ? `; one that relays each event in JavaScript adds ${worst(relay)}` : "") +
-        (same ? `; two identical direct calls differ by ${worst(same)}` : ""),
+        (same ? `; two identical direct calls differ by ${worst(same)}` : "") +
+        (overRelay ? `; the edge adds ${worst(overRelay)} over the relay, pair by pair` : ""),
     );
   }
   return lines.join("\n");

@@ -192,27 +192,35 @@ describe("gateway benchmarks (smoke)", () => {
       [4, 8],
     ]);
     expect(figures.floor.map((r) => r.streams)).toEqual([1, 4]);
-    for (const baseline of [figures.forward, figures.relay, figures.same])
+    for (const baseline of [figures.forward, figures.relay, figures.same, figures.overRelay])
       expect(baseline.map((r) => [r.streams, r.pairs])).toEqual([
         [1, 10],
         [4, 8],
       ]);
-    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay, ...figures.same]) {
+    const all = [
+      ...figures.runs,
+      ...figures.floor,
+      ...figures.forward,
+      ...figures.relay,
+      ...figures.same,
+      ...figures.overRelay,
+    ];
+    for (const r of all) {
       expect(r.failed).toBe(0);
       expect(Number.isFinite(r.added.total.p50) && Number.isFinite(r.added.total.p99)).toBe(true);
     }
     // Every streamed side is split at the backend by its request id; the floor's GET /health is not recorded.
-    for (const r of [...figures.runs, ...figures.forward, ...figures.relay, ...figures.same])
+    for (const r of [...figures.runs, ...figures.forward, ...figures.relay, ...figures.same, ...figures.overRelay])
       expect(Number.isFinite(r.split?.toBackend.p50) && Number.isFinite(r.split?.toClient.p50)).toBe(true);
     expect(figures.floor.every((r) => r.split === undefined)).toBe(true);
     // Each Worker's CPU is read from /proc on Linux, where this runs (a baseline's few requests may
     // stay under one clock tick).
     expect(figures.runs.every((r) => r.cpuMs !== undefined && r.cpuMs > 0)).toBe(true);
     for (const r of [...figures.forward, ...figures.relay]) expect(r.cpuMs).toBeGreaterThanOrEqual(0);
-    expect(figures.same.every((r) => r.cpuMs === undefined)).toBe(true);
+    // Pairs of two Workers, or of none, have no one Worker's CPU.
+    expect([...figures.same, ...figures.overRelay].every((r) => r.cpuMs === undefined)).toBe(true);
     // How busy the whole machine was, for every side at every concurrency.
-    for (const r of [...figures.runs, ...figures.floor, ...figures.forward, ...figures.relay, ...figures.same])
-      expect(r.busyCores).toBeGreaterThan(0);
+    for (const r of all) expect(r.busyCores).toBeGreaterThan(0);
     expect(figures.concurrentTokensPerSecond).toBe(400);
     const report = reportOverhead(figures);
     expect(report).toContain("1000 tokens/s at one stream and 400 tokens/s per stream when several run at once");
@@ -221,6 +229,8 @@ describe("gateway benchmarks (smoke)", () => {
     expect(report).toMatch(/a Worker that only forwards adds p50 [\d.-]+ ms/);
     expect(report).toMatch(/one that relays each event in JavaScript adds p50 [\d.-]+ ms/);
     expect(report).toMatch(/two identical direct calls differ by p50 [\d.-]+ ms/);
+    expect(report).toMatch(/the edge adds p50 [\d.-]+ ms, p99 [\d.-]+ ms over the relay, pair by pair/);
+    expect(report).toMatch(/ttft: relay\s+edge\s+over relay/);
     expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
   }, 60_000);
 
