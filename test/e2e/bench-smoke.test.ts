@@ -14,7 +14,7 @@ import {
   type FailoverMode,
 } from "../../bench/gateway-failover.js";
 import { startBenchGateway, type BenchGateway } from "../../bench/gateway-fixture.js";
-import { overheadPart, reportOverhead, runOverhead, send } from "../../bench/gateway-overhead.js";
+import { against, overheadPart, reportOverhead, runOverhead, send } from "../../bench/gateway-overhead.js";
 import { gcPauses, reportPauses, runPauses, unattributed } from "../../bench/gateway-pauses.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
@@ -235,6 +235,14 @@ describe("gateway benchmarks (smoke)", () => {
     expect(report).toMatch(/ttft: relay\s+edge\s+over relay/);
     expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
   }, 60_000);
+
+  it("overhead prints a figure next to its target with the digits that tell them apart", () => {
+    expect(against(1.497, 1.5)).toBe("1.497");
+    expect(against(1.503, 1.5)).toBe("1.503");
+    expect(against(1.52, 1.5)).toBe("1.52");
+    expect(against(4.996, 5)).toBe("4.996");
+    expect(against(12.3, 5)).toBe("12");
+  });
 
   it("overhead times the first token, not an SSE comment sent before it", async () => {
     const server = createServer((_, res) => {
