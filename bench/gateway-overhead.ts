@@ -17,10 +17,11 @@
  * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
  * does nothing else (`bench/workers/relay.js`); so is the direct request paired with itself, the
  * noise under every paired difference, and the edge paired with the relay, the gateway's own work
- * over the least a Worker that touches every event does. At one stream the sides take turns, a tenth of their pairs
- * at a time, so that no side gets a quiet or a busy spell of the machine to itself. Each request
- * carries an `X-Request-Id` that the simulator records, which splits the added time to first token
- * at the backend: getting the request there, and getting its first token back.
+ * over the least a Worker that touches every event does. At one stream the sides take turns, a
+ * tenth of their pairs at a time, so that no side gets a quiet or a busy spell of the machine to
+ * itself. Each request carries an `X-Request-Id` that the simulator records, which splits the
+ * added time to first token at the backend: getting the request there, and getting its first token
+ * back.
  */
 import { randomUUID } from "node:crypto";
 import { availableParallelism } from "node:os";

@@ -91,11 +91,11 @@ export function meter(
     promptTokens: count(entry.promptTokens),
     completionTokens: count(entry.completionTokens),
   });
-  const ticket = started + 1;
   // A flush that has not started yet takes this entry too: its timer and `waitUntil` cover it.
   const due = Date.now() + delayMs;
   if (scheduledAt !== undefined && scheduledAt <= due) return;
   scheduledAt = due;
+  const ticket = started + 1;
   waitUntil(later(delayMs).then(() => settle(env, ticket)));
 }
 
