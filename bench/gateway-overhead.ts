@@ -11,19 +11,20 @@
  *
  *   npx tsx bench/gateway-overhead.ts           # 500 pairs serially, then 200 streams × 5 pairs
  *
- * Both sides use the same client: `fetch` reading the body as it streams. The edge is `npm start`'s
- * (the deployable bundle in Miniflare's workerd) on this machine, sharing its cores with the client
- * and the simulator. Two baseline Workers, served the same way, are measured in the same run: one
- * that only forwards (`bench/workers/forward.js`) and one that relays each event in JavaScript and
- * does nothing else (`bench/workers/relay.js`); so is the direct request paired with itself, the
- * noise under every paired difference, and the edge paired with the relay, the gateway's own work
- * over the least a Worker that touches every event does. At one stream the sides take turns, a
- * tenth of their pairs at a time, so that no side gets a quiet or a busy spell of the machine to
- * itself. Each request carries an `X-Request-Id` that the simulator records, which splits the
- * added time to first token at the backend: getting the request there, and getting its first token
- * back.
+ * Both sides use the same client: Node's `http` with kept-alive connections, reading the body as
+ * it streams. The edge is `npm start`'s (the deployable bundle in Miniflare's workerd) on this
+ * machine, sharing its cores with the client and the simulator. Two baseline Workers, served the
+ * same way, are measured in the same run: one that only forwards (`bench/workers/forward.js`) and
+ * one that relays each event in JavaScript and does nothing else (`bench/workers/relay.js`); so is
+ * the direct request paired with itself, the noise under every paired difference, and the edge
+ * paired with the relay, the gateway's own work over the least a Worker that touches every event
+ * does. At one stream the sides take turns, a tenth of their pairs at a time, so that no side gets
+ * a quiet or a busy spell of the machine to itself. Each request carries an `X-Request-Id` that the
+ * simulator records, which splits the added time to first token at the backend: getting the
+ * request there, and getting its first token back.
  */
 import { randomUUID } from "node:crypto";
+import { Agent, request as httpRequest } from "node:http";
 import { availableParallelism } from "node:os";
 import { pathToFileURL } from "node:url";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
@@ -126,8 +127,9 @@ export interface Timing {
 
 export interface Side {
   url: string;
-  init: RequestInit;
-  complete(response: Response, text: string): boolean;
+  /** The request; a body is sent whole, with its length. */
+  init: { method?: string; headers?: Record<string, string>; body?: string };
+  complete(status: number, text: string): boolean;
 }
 
 const Problem = z.object({ detail: z.string() });
@@ -142,37 +144,66 @@ function safeJson(text: string): unknown {
 
 const FIRST_EVENT = /(?:^|\n)data: /;
 
+/**
+ * The client's connections, kept open between requests as an editor's are. Node's own `http`
+ * rather than `fetch`: the client shares this machine's cores with the Workers it measures, and
+ * its garbage collection pauses land in whichever request is waiting, on either side of a pair.
+ * `fetch` builds web streams for every body, and its collections paused the client for 3 ms or
+ * more many times as often.
+ */
+const agent = new Agent({ keepAlive: true });
+
 /** One request, timed to its first token (not its first bytes) and to the end of its body. */
-export async function send(side: Side): Promise<Timing> {
+export function send(side: Side): Promise<Timing> {
   const id = `bench-overhead-${randomUUID()}`;
-  const headers = { ...(side.init.headers as Record<string, string> | undefined), "x-request-id": id };
-  const sentAt = clock();
-  const started = performance.now();
-  let ttft = 0;
-  let firstAt = 0;
-  let text = "";
-  try {
-    const response = await fetch(side.url, { ...side.init, headers, signal: AbortSignal.timeout(60_000) });
-    const decoder = new TextDecoder();
-    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-      text += decoder.decode(chunk, { stream: true });
-      // The first token, not the first bytes: the edge may send an SSE comment before it (its
-      // heartbeat, while the backend is still silent), which no client counts as a token.
-      if (!ttft && FIRST_EVENT.test(text)) {
-        ttft = performance.now() - started;
-        firstAt = clock();
-      }
-    }
-    const total = performance.now() - started;
-    if (side.complete(response, text)) return { ttft, total, id, sentAt, firstAt };
-    // The problem+json detail, without the request id that makes every body different.
-    const problem = Problem.safeParse(safeJson(text));
-    const why = problem.success ? problem.data.detail : text.replace(/\s+/g, " ").slice(0, 200);
-    return { ttft, total, id, sentAt, firstAt, failure: `${response.status} ${why}` };
-  } catch (err) {
-    const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
-    return { ttft, total: performance.now() - started, id, sentAt, firstAt, failure: `${String(err)}${cause}` };
-  }
+  const url = new URL(side.url);
+  const body = side.init.body;
+  const headers: Record<string, string | number> = { ...side.init.headers, "x-request-id": id };
+  if (body !== undefined) headers["content-length"] = Buffer.byteLength(body);
+  return new Promise((resolve) => {
+    const sentAt = clock();
+    const started = performance.now();
+    let ttft = 0;
+    let firstAt = 0;
+    let text = "";
+    const failed = (failure: string) =>
+      resolve({ ttft, total: performance.now() - started, id, sentAt, firstAt, failure });
+    const request = httpRequest(
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname + url.search,
+        method: side.init.method ?? "GET",
+        headers,
+        agent,
+      },
+      (response) => {
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          text += chunk;
+          // The first token, not the first bytes: the edge may send an SSE comment before it (its
+          // heartbeat, while the backend is still silent), which no client counts as a token.
+          if (!ttft && FIRST_EVENT.test(text)) {
+            ttft = performance.now() - started;
+            firstAt = clock();
+          }
+        });
+        response.on("error", (err) => failed(String(err)));
+        response.on("end", () => {
+          const total = performance.now() - started;
+          const status = response.statusCode ?? 0;
+          if (side.complete(status, text)) return resolve({ ttft, total, id, sentAt, firstAt });
+          // The problem+json detail, without the request id that makes every body different.
+          const problem = Problem.safeParse(safeJson(text));
+          const why = problem.success ? problem.data.detail : text.replace(/\s+/g, " ").slice(0, 200);
+          resolve({ ttft, total, id, sentAt, firstAt, failure: `${status} ${why}` });
+        });
+      },
+    );
+    request.setTimeout(60_000, () => request.destroy(new Error("no answer in 60 s")));
+    request.on("error", (err) => failed(String(err)));
+    request.end(body);
+  });
 }
 
 export interface Quantiles {
@@ -289,8 +320,9 @@ export const against = (value: number, target: number) =>
 
 const q = (values: number[]): Quantiles => ({ p50: quantileOf(values, 0.5), p99: quantileOf(values, 0.99) });
 
-const streamed = (response: Response, text: string) =>
-  response.ok && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
+const ok = (status: number) => status >= 200 && status < 300;
+const streamed = (status: number, text: string) =>
+  ok(status) && text.includes("data: [DONE]") && text.includes(`sim${TOKENS - 1} `);
 const JSON_TYPE = { "content-type": "application/json" };
 
 /**
@@ -341,8 +373,8 @@ function sides(
   return {
     stream: { direct, edge: edgeSide(gw) },
     floor: {
-      direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: (r) => r.ok },
-      edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: (r) => r.ok },
+      direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: ok },
+      edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: ok },
     },
     forward: { direct, edge: workerSide(gw, baselines.forward) },
     relay: { direct, edge: workerSide(gw, baselines.relay) },
@@ -567,7 +599,7 @@ export function reportOverhead(f: OverheadFigures): string {
     ];
   };
   const lines = [
-    `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, then ${f.tokensPerSecond} tokens/s at one stream and ${f.concurrentTokensPerSecond} tokens/s per stream when several run at once), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; fetch on both sides; ms, p50 / p99`,
+    `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, then ${f.tokensPerSecond} tokens/s at one stream and ${f.concurrentTokensPerSecond} tokens/s per stream when several run at once), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; the same client (Node http, kept-alive connections) on both sides; ms, p50 / p99`,
     `streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | CPU ms/request | ${busy}`,
     "(CPU: what the Worker's workerd process used during its own turns over its requests, idle work such as the edge's health probes included, so it is high when requests are few; busy cores: the whole machine's, client and simulator included)",
     ...f.runs.map((r) => row(r, true)),

@@ -221,8 +221,12 @@ describe("gateway benchmarks (smoke)", () => {
     for (const r of figures.forward) expect(r.cpuMs).toBeGreaterThanOrEqual(0);
     // Pairs of two Workers, or of none, have no one Worker's CPU.
     expect([...figures.same, ...figures.overRelay].every((r) => r.cpuMs === undefined)).toBe(true);
-    // How busy the whole machine was, for every side at every concurrency.
-    for (const r of all) expect(r.busyCores).toBeGreaterThan(0);
+    // How busy the whole machine was, for every side at every concurrency: the streamed sides keep
+    // it busy for clock ticks' worth; the floor's few health checks take well under a millisecond
+    // each, and may fall between ticks.
+    for (const r of all) expect(r.busyCores).toBeGreaterThanOrEqual(0);
+    for (const r of [...figures.runs, ...figures.forward, ...figures.relay, ...figures.same, ...figures.overRelay])
+      expect(r.busyCores).toBeGreaterThan(0);
     expect(figures.concurrentTokensPerSecond).toBe(400);
     const report = reportOverhead(figures);
     expect(report).toContain("1000 tokens/s at one stream and 400 tokens/s per stream when several run at once");
@@ -253,11 +257,12 @@ describe("gateway benchmarks (smoke)", () => {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     try {
       const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
-      const timing = await send({ url, init: {}, complete: (r) => r.ok });
+      const timing = await send({ url, init: {}, complete: (status) => status === 200 });
       expect(timing.failure).toBeUndefined();
       expect(timing.ttft).toBeGreaterThanOrEqual(70);
       expect(timing.total).toBeGreaterThanOrEqual(timing.ttft);
     } finally {
+      server.closeAllConnections();
       server.close();
     }
   });
