@@ -23,12 +23,13 @@ export const fmt = (ms: number) => ms.toFixed(ms < 10 ? 2 : 0);
  * value to the largest.
  */
 export function quantileInterval(values: number[], q: number, confidence = 0.95): { lo: number; hi: number } {
+  if (!(q > 0 && q < 1)) throw new RangeError(`a quantile strictly between 0 and 1, not ${q}`);
   const n = values.length;
   if (n === 0) return { lo: Number.NaN, hi: Number.NaN };
   const sorted = [...values].sort((a, b) => a - b);
   const tail = (1 - confidence) / 2;
-  // below[k]: the chance that at most k samples fall below the quantile, summed in log space so
-  // that large n does not underflow.
+  // below[k]: the chance that at most k samples fall below the quantile. Each binomial term is
+  // built in log space, so that large n does not underflow before the terms that matter.
   const below: number[] = [];
   let logP = n * Math.log1p(-q);
   let sum = 0;

@@ -253,6 +253,7 @@ describe("gateway benchmarks (smoke)", () => {
     // 50 values cannot bound a p99 from above.
     expect(quantileInterval(ranks(50), 0.99)).toEqual({ lo: 48, hi: Infinity });
     expect(quantileInterval([], 0.99).lo).toBeNaN();
+    expect(() => quantileInterval([1, 2], 1)).toThrow(RangeError);
     // Coverage: samples of an exponential distribution, whose p99 is ln 100; a seeded generator
     // keeps the draw the same on every run.
     let seed = 42;
