@@ -43,7 +43,7 @@ import {
   type BenchPart,
   type SimulatorMode,
 } from "./gateway-fixture.js";
-import { fmt, quantileInterval } from "./stats.js";
+import { fmt, quantileInterval, type Interval } from "./stats.js";
 
 export interface OverheadOptions {
   /** Pairs one after another. */
@@ -200,15 +200,11 @@ export function send(side: Side): Promise<Timing> {
         });
       },
     );
-    request.setTimeout(60_000, () => request.destroy(new Error("no answer in 60 s")));
+    // An idle timeout: a side that sends nothing for a minute has hung.
+    request.setTimeout(60_000, () => request.destroy(new Error("nothing received for 60 s")));
     request.on("error", (err) => failed(String(err)));
     request.end(body);
   });
-}
-
-export interface Interval {
-  lo: number;
-  hi: number;
 }
 
 export interface Quantiles {
@@ -321,6 +317,12 @@ export async function startBaseline(
     stop: () => worker.dispose(),
   };
 }
+
+/**
+ * The cores `busyCores` counts over: all of the machine's, as `/proc/stat` sums them, even when
+ * this process is pinned to fewer; elsewhere, the ones this process may use.
+ */
+const machineCores = () => machineCpuTicks()?.cores || availableParallelism();
 
 /** A figure next to its target, with the digits that tell them apart where rounding would not (1.497 against 1.5). */
 export const against = (value: number, target: number) =>
@@ -479,7 +481,7 @@ async function summarize(gw: BenchGateway, streams: number, runs: Pairs[]): Prom
       total: q(good.map((p) => p.edge.total - p.direct.total)),
     },
     ...(cpu !== undefined && pairs.length ? { cpuMs: (cpu * 1000) / pairs.length } : {}),
-    ...(runs.every((r) => r.machine) && total > 0 ? { busyCores: (busy / total) * availableParallelism() } : {}),
+    ...(runs.every((r) => r.machine) && total > 0 ? { busyCores: (busy / total) * machineCores() } : {}),
     ...(await split(gw, good)),
   };
 }
@@ -592,7 +594,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         ttftMs: TTFT_MS,
         tokensPerSecond: TOKENS_PER_SECOND,
         concurrentTokensPerSecond,
-        cores: availableParallelism(),
+        cores: machineCores(),
         runs,
         floor: floors,
         forward: forwards,
@@ -606,6 +608,10 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
     }
   });
 }
+
+/** Of a side's added time to first token and total time, the one that `pick` finds worse. */
+const worse = (r: PairedRun, pick: (x: Quantiles) => number): Quantiles =>
+  pick(r.added.total) >= pick(r.added.ttft) ? r.added.total : r.added.ttft;
 
 export function reportOverhead(f: OverheadFigures): string {
   const pair = (x: Quantiles) => `${fmt(x.p50).padStart(6)} /${fmt(x.p99).padStart(6)}`;
@@ -688,11 +694,8 @@ export function reportOverhead(f: OverheadFigures): string {
       for (const [why, n] of Object.entries(r.failures))
         lines.push(`${what} failed at ${r.streams} streams, ${n}x: ${why}`);
   for (const r of f.runs) {
-    // The worse of time to first token and total time, with its interval.
-    const worse = (pick: (x: Quantiles) => number) =>
-      pick(r.added.total) >= pick(r.added.ttft) ? r.added.total : r.added.ttft;
-    const p50Of = worse((x) => x.p50);
-    const p99Of = worse((x) => x.p99);
+    const p50Of = worse(r, (x) => x.p50);
+    const p99Of = worse(r, (x) => x.p99);
     const p50 = p50Of.p50;
     const p99 = p99Of.p99;
     const floor = f.floor.find((x) => x.streams === r.streams);
@@ -701,7 +704,7 @@ export function reportOverhead(f: OverheadFigures): string {
     const same = f.same.find((x) => x.streams === r.streams);
     const overRelay = f.overRelay.find((x) => x.streams === r.streams);
     const worst = (x: PairedRun) =>
-      `p50 ${fmt(Math.max(x.added.total.p50, x.added.ttft.p50))} ms, p99 ${fmt(Math.max(x.added.total.p99, x.added.ttft.p99))} ms`;
+      `p50 ${fmt(worse(x, (q) => q.p50).p50)} ms, p99 ${fmt(worse(x, (q) => q.p99).p99)} ms`;
     lines.push(
       `target at ${r.streams} stream${r.streams === 1 ? "" : "s"}: added p50 ${against(p50, OVERHEAD_TARGETS.p50)} ms < ${OVERHEAD_TARGETS.p50} ms ${verdict(p50 < OVERHEAD_TARGETS.p50)} ` +
         `(${settles(p50Of.p50Interval, OVERHEAD_TARGETS.p50)}); ` +

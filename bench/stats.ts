@@ -14,6 +14,12 @@ export async function timed<T>(fn: () => Promise<T> | T): Promise<[T, number]> {
 
 export const fmt = (ms: number) => ms.toFixed(ms < 10 ? 2 : 0);
 
+/** Two bounds, in the values' unit. */
+export interface Interval {
+  lo: number;
+  hi: number;
+}
+
 /**
  * A confidence interval for the `q`-quantile of whatever `values` sample, without assuming their
  * distribution: two of the sorted values, chosen so that the count of samples below the true
@@ -22,7 +28,7 @@ export const fmt = (ms: number) => ms.toFixed(ms < 10 ? 2 : 0);
  * for that quantile at that confidence. At 500 samples, a p99's interval runs from the 490th
  * value to the largest.
  */
-export function quantileInterval(values: number[], q: number, confidence = 0.95): { lo: number; hi: number } {
+export function quantileInterval(values: number[], q: number, confidence = 0.95): Interval {
   if (!(q > 0 && q < 1)) throw new RangeError(`a quantile strictly between 0 and 1, not ${q}`);
   const n = values.length;
   if (n === 0) return { lo: Number.NaN, hi: Number.NaN };

@@ -101,9 +101,10 @@ export function processCpuSeconds(pid: number): number | undefined {
 
 /**
  * The whole machine's CPU so far, in clock ticks summed over its cores, from Linux's `/proc/stat`:
- * busy (everything but idle and I/O wait) and total. Undefined where there is no `/proc`.
+ * busy (everything but idle and I/O wait) and total, and the cores they are summed over (all of
+ * the machine's, whatever this process's own CPU affinity). Undefined where there is no `/proc`.
  */
-export function machineCpuTicks(): { busy: number; total: number } | undefined {
+export function machineCpuTicks(): { busy: number; total: number; cores: number } | undefined {
   let stat: string;
   try {
     stat = readFileSync("/proc/stat", "utf8");
@@ -114,7 +115,8 @@ export function machineCpuTicks(): { busy: number; total: number } | undefined {
   const ticks = (stat.split("\n", 1)[0] ?? "").trim().split(/\s+/).slice(1, 9).map(Number);
   if (ticks.length < 5 || ticks.some((n) => !Number.isFinite(n))) return undefined;
   const total = ticks.reduce((sum, n) => sum + n, 0);
-  return { busy: total - ticks[3]! - ticks[4]!, total };
+  const cores = stat.split("\n").filter((line) => /^cpu\d+ /.test(line)).length;
+  return { busy: total - ticks[3]! - ticks[4]!, total, cores };
 }
 
 /** CPU seconds of every live process in a process group. */
