@@ -338,8 +338,10 @@ describe("gateway benchmarks (smoke)", () => {
       requests: 5,
       concurrency: [1, 2],
       tokensPerSecond: [100],
-      waitingStreams: [3],
-      waitingMs: 300,
+      // Enough heartbeats to register on /proc's 10 ms clock ticks: a waiting stream costs the edge
+      // about 1.5 ms of CPU a second, so 3 streams for 300 ms often read as no CPU at all.
+      waitingStreams: [30],
+      waitingMs: 1_000,
       gateway,
     });
     expect(figures.runs.map((r) => [r.tokensPerSecond, r.concurrency, r.requests])).toEqual([
@@ -351,7 +353,7 @@ describe("gateway benchmarks (smoke)", () => {
       expect(r.p99).toBeGreaterThanOrEqual(r.p50);
     }
     // Streams held before their first token: the edge's CPU is read from /proc on Linux.
-    expect(figures.waiting.map((w) => [w.streams, w.failed])).toEqual([[3, 0]]);
+    expect(figures.waiting.map((w) => [w.streams, w.failed])).toEqual([[30, 0]]);
     expect(figures.waiting[0]!.cpuPercent).toBeGreaterThan(0);
     expect(Number.isFinite(figures.waiting[0]!.msPerStreamSecond)).toBe(true);
     const report = reportCancel(figures);
