@@ -62,19 +62,22 @@ const BACKEND = "overhead";
 const MODEL = "tab-overhead";
 const TOKENS = 16;
 const TTFT_MS = 20;
-const TOKENS_PER_SECOND = 1000;
+export const TOKENS_PER_SECOND = 1000;
 /**
  * Per stream while many run at once: a loaded GPU's pace. At 1,000 tokens/s, 200 streams would ask
  * this machine for several cores' worth of event relaying, and the figure would measure the queue
  * for a core rather than the gateway; at this pace the machine keeps spare CPU, which the report shows.
  */
-const CONCURRENT_TOKENS_PER_SECOND = 20;
+export const CONCURRENT_TOKENS_PER_SECOND = 20;
 const PROMPT = "def fibonacci(n):\n    ";
 const SUFFIX = "\n\nprint(fibonacci(10))\n";
 /** How many turns the sides take at one stream (each a share of the serial pairs). */
 const SERIAL_ROUNDS = 10;
 /** Added latency the gateway should stay under. */
 export const OVERHEAD_TARGETS = { p50: 1.5, p99: 5 } as const;
+
+/** One answer's length at `tokensPerSecond`: concurrent streams spread their starts over it. */
+export const answerMs = (tokensPerSecond: number) => TTFT_MS + ((TOKENS - 1) * 1000) / tokensPerSecond;
 
 export function overheadPart(): BenchPart {
   return {
@@ -573,7 +576,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
       for (const [at, side] of turns.entries()) side.into.push(await summarize(gw, 1, collected[at]!));
       await gw.backends.configure(BACKEND, { tokensPerSecond: concurrentTokensPerSecond });
       // One answer's length at this pace: the streams' starts are spread over it.
-      const spread = TTFT_MS + ((TOKENS - 1) * 1000) / concurrentTokensPerSecond;
+      const spread = answerMs(concurrentTokensPerSecond);
       try {
         // One pair per stream first: opens every connection before anything is measured.
         await runPairs(stream, streams, 1);

@@ -1,12 +1,16 @@
 /**
  * Where the gateway's slowest requests lose their time: the runtime's garbage-collection pauses.
- * Streamed tab completions go one at a time, as in the overhead benchmark's one-stream run,
- * through the local edge and then through the JavaScript relay Worker (`bench/workers/relay.js`),
- * while Linux `perf` samples the Worker's workerd process. Runs of consecutive samples inside V8's
- * or cppgc's collector on the thread that runs JavaScript are the pauses; a slow request (5 ms or
- * more over the median) is put down to one when they overlap.
+ * Streamed tab completions go through the local edge and then through the JavaScript relay Worker
+ * (`bench/workers/relay.js`), while Linux `perf` samples the Worker's workerd process: first one at
+ * a time, as in the overhead benchmark's one-stream run, then from 200 concurrent streams at its
+ * many-stream pace. Runs of consecutive samples inside V8's or cppgc's collector on the thread that
+ * runs JavaScript are the pauses, and a pause with a sample in V8's full (mark-compact) collection
+ * counts as a full one. A request is slow when its whole answer takes 5 ms or more over the median,
+ * and late when it reaches the backend 5 ms or more after the median does; either is put down to a
+ * pause when they overlap. With many streams every answer overlaps some pause, so only lateness is
+ * attributed there.
  *
- *   npx tsx bench/gateway-pauses.ts             # 30 s through each
+ *   npx tsx bench/gateway-pauses.ts             # 30 s through each, at 1 and at 200 streams
  *
  * Needs `perf` that may record the process (root, or a low `kernel.perf_event_paranoid`); without
  * it the benchmark says so and measures nothing.
@@ -17,7 +21,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { clock, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
-import { edgeSide, overheadPart, send, startBaseline, workerSide, type Side } from "./gateway-overhead.js";
+import {
+  CONCURRENT_TOKENS_PER_SECOND,
+  TOKENS_PER_SECOND,
+  answerMs,
+  edgeSide,
+  overheadPart,
+  send,
+  startBaseline,
+  workerSide,
+  type Side,
+  type Timing,
+} from "./gateway-overhead.js";
 import { fmt, quantile } from "./stats.js";
 
 /** Samples per second. */
@@ -30,6 +45,10 @@ const GAP_MS = 37;
 /** Frames of a collection: V8's collectors and cppgc's marking, sweeping and finalizing. */
 const GC_FRAME =
   /v8::internal::(?:Heap::CollectGarbage|Heap::PerformGarbageCollection|MarkCompactCollector|Scavenger|MinorMarkSweep|Sweeper|IncrementalMarking|ConcurrentMarking|MarkingVisitor)|cppgc::internal::|HeapTracer::|Wrappable::detachWrapper|BackingStore::~BackingStore/;
+
+/** Frames of V8's full collection: marking the whole heap, then evacuating and updating pointers. */
+const FULL_GC_FRAME =
+  /v8::internal::(?:MarkCompactCollector|MarkingVisitorBase|ConcurrentMarking|Evacuator|PointersUpdatingJob)/;
 
 /** Frames that only a symbolised workerd shows: without any, `perf` could not name its functions. */
 const RUNTIME_FRAME = /v8::|kj::|workerd::|cppgc::/;
@@ -45,6 +64,8 @@ export interface Pause {
   /** Seconds, on the clock `perf` recorded with. */
   start: number;
   end: number;
+  /** Whether any of its samples is in V8's full collection. */
+  full: boolean;
 }
 
 /**
@@ -56,15 +77,16 @@ export function gcPauses(
   script: string,
   frequency = FREQUENCY,
 ): { pauses: Pause[]; samples: number; gcSamples: number; symbolised: number } {
-  const samples: { tid: string; time: number; gc: boolean; symbolised: boolean }[] = [];
-  let current: { tid: string; time: number; gc: boolean; symbolised: boolean } | undefined;
+  const samples: { tid: string; time: number; gc: boolean; full: boolean; symbolised: boolean }[] = [];
+  let current: (typeof samples)[number] | undefined;
   for (const line of script.split("\n")) {
     const head = /^\S*\s*(\d+)\s+(\d+\.\d+):/.exec(line);
     if (head && !line.startsWith("\t")) {
-      current = { tid: head[1]!, time: Number(head[2]), gc: false, symbolised: false };
+      current = { tid: head[1]!, time: Number(head[2]), gc: false, full: false, symbolised: false };
       samples.push(current);
     } else if (current) {
       if (GC_FRAME.test(line)) current.gc = true;
+      if (FULL_GC_FRAME.test(line)) current.full = true;
       if (RUNTIME_FRAME.test(line)) current.symbolised = true;
     }
   }
@@ -84,10 +106,12 @@ export function gcPauses(
       continue;
     }
     gcSamples++;
-    if (open && s.time - open.end <= 2 * interval) open.end = s.time;
-    else {
+    if (open && s.time - open.end <= 2 * interval) {
+      open.end = s.time;
+      open.full ||= s.full;
+    } else {
       if (open) pauses.push(open);
-      open = { start: s.time, end: s.time };
+      open = { start: s.time, end: s.time, full: s.full };
     }
   }
   if (open) pauses.push(open);
@@ -111,16 +135,26 @@ export function unattributed(found: { samples: number; gcSamples: number; symbol
 
 export interface PauseRun {
   side: string;
+  /** Concurrent streams. */
+  streams: number;
   seconds: number;
   requests: number;
   /** Median and p99 of the whole answer, ms. */
   p50: number;
   p99: number;
-  /** Requests 5 ms or more over the median, and how many of them overlap a pause. */
+  /** Requests 5 ms or more over the median, and how many of them overlap a pause (one stream only). */
   slow: number;
-  slowInPause: number;
+  slowInPause?: number;
+  /** Time until the backend had the request (its record against the client's send), ms. */
+  toBackend: { p50: number; p99: number };
+  /** Requests that reached the backend 5 ms or more after the median, and how many overlap a pause. */
+  late: number;
+  lateInPause: number;
   /** Pauses of 2 ms or more, longest first (ms). */
   pauses: number[];
+  /** Of the pauses of 5 ms or more, how many were in a full collection. */
+  longPauses: number;
+  longFull: number;
   /** Milliseconds per second the main thread spent collecting. */
   gcMsPerSecond: number;
   /** Why no collection could be told apart in this recording; its pause figures then mean nothing. */
@@ -139,8 +173,38 @@ function perfUnavailable(): string | undefined {
   return undefined;
 }
 
-async function record(side: string, pid: number, request: Side, seconds: number): Promise<PauseRun> {
-  for (let i = 0; i < 100; i++) await send(request);
+/** Requests from `streams` concurrent streams, each sending its next as its last ends, for `seconds`. */
+async function load(request: Side, streams: number, seconds: number): Promise<(Timing & { start: number })[]> {
+  const timed: (Timing & { start: number })[] = [];
+  const until = performance.now() + seconds * 1000;
+  // One stream waits between requests, as the direct half of the overhead benchmark's pair does;
+  // many streams spread their starts over an answer and then follow on at once.
+  const spread = streams > 1 ? answerMs(CONCURRENT_TOKENS_PER_SECOND) : 0;
+  await Promise.all(
+    Array.from({ length: streams }, async (_, stream) => {
+      if (spread > 0) await sleep((stream * spread) / streams);
+      while (performance.now() < until) {
+        const start = clock();
+        const t = await send(request);
+        if (!t.failure) timed.push({ ...t, start });
+        if (streams === 1) await sleep(GAP_MS);
+      }
+    }),
+  );
+  return timed;
+}
+
+async function record(
+  gw: BenchGateway,
+  side: string,
+  pid: number,
+  request: Side,
+  seconds: number,
+  streams: number,
+): Promise<PauseRun> {
+  // Warm up: 100 requests one at a time, or one per stream, which also opens every stream's connection.
+  if (streams === 1) for (let i = 0; i < 100; i++) await send(request);
+  else await Promise.all(Array.from({ length: streams }, () => send(request)));
   const dir = mkdtempSync(join(tmpdir(), "sextant-pauses-"));
   const data = join(dir, "perf.data");
   try {
@@ -151,14 +215,7 @@ async function record(side: string, pid: number, request: Side, seconds: number)
     );
     const exited = new Promise((resolve) => perf.once("exit", resolve));
     await sleep(500);
-    const timed: { start: number; end: number; total: number }[] = [];
-    const until = performance.now() + seconds * 1000;
-    while (performance.now() < until) {
-      const start = clock();
-      const t = await send(request);
-      if (!t.failure) timed.push({ start, end: start + t.total, total: t.total });
-      await sleep(GAP_MS);
-    }
+    const timed = await load(request, streams, seconds);
     perf.kill("SIGINT");
     await exited;
     const script = spawnSync("perf", ["script", "-i", data, "-F", "tid,time,ip,sym"], {
@@ -168,22 +225,38 @@ async function record(side: string, pid: number, request: Side, seconds: number)
     const found = gcPauses(script);
     const { pauses, gcSamples } = found;
     const why = unattributed(found);
+    const overlaps = (from: number, to: number) => pauses.some((p) => p.start * 1000 < to && p.end * 1000 > from);
     const totals = timed.map((t) => t.total);
     const p50 = quantile(totals, 0.5);
     const slow = timed.filter((t) => t.total >= p50 + SLOW_MS);
-    const inPause = slow.filter((t) => pauses.some((p) => p.start * 1000 < t.end && p.end * 1000 > t.start));
+    const received = new Map((await gw.backends.records("overhead")).map((r) => [r.requestId, r.receivedAt]));
+    const reached = timed.flatMap((t) => {
+      const at = received.get(t.id);
+      return at === undefined ? [] : [{ from: t.sentAt, to: at, ms: at - t.sentAt }];
+    });
+    const toBackend = reached.map((r) => r.ms);
+    const median = reached.length ? quantile(toBackend, 0.5) : NaN;
+    const late = reached.filter((r) => r.ms >= median + SLOW_MS);
+    const ms = pauses.map((p) => ({ ms: (p.end - p.start) * 1000, full: p.full }));
+    const long = ms.filter((p) => p.ms >= SLOW_MS);
     return {
       side,
+      streams,
       seconds,
       requests: timed.length,
       p50,
       p99: quantile(totals, 0.99),
       slow: slow.length,
-      slowInPause: inPause.length,
-      pauses: pauses
-        .map((p) => (p.end - p.start) * 1000)
-        .filter((ms) => ms >= 2)
+      ...(streams === 1 ? { slowInPause: slow.filter((t) => overlaps(t.start, t.start + t.total)).length } : {}),
+      toBackend: reached.length ? { p50: median, p99: quantile(toBackend, 0.99) } : { p50: NaN, p99: NaN },
+      late: late.length,
+      lateInPause: late.filter((r) => overlaps(r.from, r.to)).length,
+      pauses: ms
+        .map((p) => p.ms)
+        .filter((v) => v >= 2)
         .sort((a, b) => b - a),
+      longPauses: long.length,
+      longFull: long.filter((p) => p.full).length,
       gcMsPerSecond: (gcSamples * 1000) / FREQUENCY / seconds,
       ...(why ? { unattributed: why } : {}),
     };
@@ -192,10 +265,13 @@ async function record(side: string, pid: number, request: Side, seconds: number)
   }
 }
 
-export async function runPauses(options: { seconds?: number; gateway?: BenchGateway } = {}): Promise<PauseFigures> {
+export async function runPauses(
+  options: { seconds?: number; streams?: number; gateway?: BenchGateway } = {},
+): Promise<PauseFigures> {
   const unavailable = perfUnavailable();
   if (unavailable) return { skipped: unavailable };
   const seconds = options.seconds ?? 30;
+  const streams = options.streams ?? 200;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
     const edgePid = gw.edgeWorkerdPid();
     if (edgePid === undefined) return { skipped: "the edge's workerd process was not found" };
@@ -203,12 +279,19 @@ export async function runPauses(options: { seconds?: number; gateway?: BenchGate
     try {
       const relayPid = relay.pid;
       if (relayPid === undefined) return { skipped: "the relay Worker's workerd process was not found" };
-      return {
-        runs: [
-          await record("the edge", edgePid, edgeSide(gw), seconds),
-          await record("relay Worker", relayPid, workerSide(gw, relay.url), seconds),
-        ],
-      };
+      const sides = [
+        { name: "the edge", pid: edgePid, request: edgeSide(gw) },
+        { name: "relay Worker", pid: relayPid, request: workerSide(gw, relay.url) },
+      ];
+      const runs: PauseRun[] = [];
+      for (const side of sides) runs.push(await record(gw, side.name, side.pid, side.request, seconds, 1));
+      await gw.backends.configure("overhead", { tokensPerSecond: CONCURRENT_TOKENS_PER_SECOND });
+      try {
+        for (const side of sides) runs.push(await record(gw, side.name, side.pid, side.request, seconds, streams));
+      } finally {
+        await gw.backends.configure("overhead", { tokensPerSecond: TOKENS_PER_SECOND });
+      }
+      return { runs };
     } finally {
       await relay.stop();
     }
@@ -218,18 +301,21 @@ export async function runPauses(options: { seconds?: number; gateway?: BenchGate
 export function reportPauses(f: PauseFigures): string {
   if ("skipped" in f) return `gateway pauses: not measured: ${f.skipped}`;
   const lines = [
-    `gateway pauses: streamed tab completions one at a time (${GAP_MS} ms apart), the Worker's workerd sampled by perf at ${FREQUENCY} Hz; a request is slow at ${SLOW_MS} ms or more over the median`,
-    "side            seconds requests | total p50 / p99 ms | slow  in a GC pause | GC ms/s | pauses of 2 ms or more: count, median, longest (ms)",
+    `gateway pauses: streamed tab completions through each Worker, one at a time (${GAP_MS} ms apart) and from many concurrent streams (${CONCURRENT_TOKENS_PER_SECOND} tokens/s each), its workerd sampled by perf at ${FREQUENCY} Hz; slow: the whole answer ${SLOW_MS} ms or more over the median; late: reaching the backend ${SLOW_MS} ms or more after the median; either counted in a GC pause when they overlap (slow only at one stream: with many, every answer overlaps one)`,
+    "side            streams seconds requests | total p50 / p99 ms | slow  in a GC pause | to backend p50 / p99 ms | late  in a GC pause | GC ms/s | pauses of 2 ms or more: count, median, longest (ms) | of 5 ms or more: count, full collections",
   ];
   for (const r of f.runs) {
     if (r.unattributed) {
-      lines.push(`${r.side.padEnd(15)} pauses not measured: ${r.unattributed}`);
+      lines.push(`${r.side.padEnd(15)} ${String(r.streams).padStart(7)} pauses not measured: ${r.unattributed}`);
       continue;
     }
     const median = r.pauses.length ? fmt(quantile(r.pauses, 0.5)) : "-";
     const longest = r.pauses.length ? fmt(r.pauses[0]!) : "-";
     lines.push(
-      `${r.side.padEnd(15)} ${String(r.seconds).padStart(7)} ${String(r.requests).padStart(8)} | ${`${fmt(r.p50)} / ${fmt(r.p99)}`.padStart(18)} | ${String(r.slow).padStart(4)}  ${String(r.slowInPause).padStart(14)} | ${fmt(r.gcMsPerSecond).padStart(7)} | ${r.pauses.length}, ${median}, ${longest}`,
+      `${r.side.padEnd(15)} ${String(r.streams).padStart(7)} ${String(r.seconds).padStart(7)} ${String(r.requests).padStart(8)} | ` +
+        `${`${fmt(r.p50)} / ${fmt(r.p99)}`.padStart(18)} | ${String(r.slow).padStart(4)}  ${(r.slowInPause === undefined ? "-" : String(r.slowInPause)).padStart(14)} | ` +
+        `${`${fmt(r.toBackend.p50)} / ${fmt(r.toBackend.p99)}`.padStart(23)} | ${String(r.late).padStart(4)}  ${String(r.lateInPause).padStart(14)} | ` +
+        `${fmt(r.gcMsPerSecond).padStart(7)} | ${r.pauses.length}, ${median}, ${longest} | ${r.longPauses}, ${r.longFull}`,
     );
   }
   return lines.join("\n");

@@ -106,10 +106,11 @@ describe("benchmarks (smoke)", () => {
     expect(found.samples).toBe(9);
     expect(found.gcSamples).toBe(5);
     expect(found.symbolised).toBe(9);
-    expect(found.pauses.map((p) => [p.start, +(p.end - p.start).toFixed(4)])).toEqual([
-      [10.0005, 0.0015],
-      [10.01, 0.0005],
-      [10.011, 0.0005],
+    // A pause is a full collection when any of its samples is in mark-compact; sweeping alone is not.
+    expect(found.pauses.map((p) => [p.start, +(p.end - p.start).toFixed(4), p.full])).toEqual([
+      [10.0005, 0.0015, true],
+      [10.01, 0.0005, true],
+      [10.011, 0.0005, false],
     ]);
     // A short recording may hold no collection at all.
     expect(unattributed(found)).toBeUndefined();
@@ -127,19 +128,25 @@ describe("benchmarks (smoke)", () => {
         runs: [
           {
             side: "the edge",
+            streams: 1,
             seconds: 30,
             requests: 1,
             p50: 1,
             p99: 1,
             slow: 0,
             slowInPause: 0,
+            toBackend: { p50: 1, p99: 1 },
+            late: 0,
+            lateInPause: 0,
             pauses: [],
+            longPauses: 0,
+            longFull: 0,
             gcMsPerSecond: 0,
             unattributed: unattributed(renamed)!,
           },
         ],
       }),
-    ).toMatch(/the edge\s+pauses not measured: no collector frame/);
+    ).toMatch(/the edge\s+1 pauses not measured: no collector frame/);
     expect(unattributed(long([...js, ...gc]))).toBeUndefined();
   });
 
@@ -317,21 +324,33 @@ describe("gateway benchmarks (smoke)", () => {
     }
   });
 
-  it("pauses samples the edge and the relay Worker, or says why it cannot", async () => {
-    const figures = await runPauses({ seconds: 1, gateway });
+  it("pauses samples the edge and the relay Worker at one and at many streams, or says why it cannot", async () => {
+    const figures = await runPauses({ seconds: 1, streams: 4, gateway });
     const report = reportPauses(figures);
     if ("skipped" in figures) {
       expect(report).toMatch(/^gateway pauses: not measured: \S/);
       return;
     }
-    expect(figures.runs.map((r) => r.side)).toEqual(["the edge", "relay Worker"]);
+    expect(figures.runs.map((r) => [r.side, r.streams])).toEqual([
+      ["the edge", 1],
+      ["relay Worker", 1],
+      ["the edge", 4],
+      ["relay Worker", 4],
+    ]);
     for (const r of figures.runs) {
       expect(r.requests).toBeGreaterThan(0);
       expect(r.p99).toBeGreaterThanOrEqual(r.p50);
-      expect(r.slowInPause).toBeLessThanOrEqual(r.slow);
+      // Every request's arrival at the backend was found in the simulator's records.
+      expect(r.toBackend.p50).toBeGreaterThan(0);
+      expect(r.toBackend.p99).toBeGreaterThanOrEqual(r.toBackend.p50);
+      expect(r.lateInPause).toBeLessThanOrEqual(r.late);
+      expect(r.longFull).toBeLessThanOrEqual(r.longPauses);
+      if (r.streams === 1) expect(r.slowInPause).toBeLessThanOrEqual(r.slow);
+      else expect(r.slowInPause).toBeUndefined();
     }
-    expect(report).toMatch(/the edge\s+1\s+\d+ \|/);
-  }, 60_000);
+    expect(report).toMatch(/the edge\s+1\s+1\s+\d+ \|/);
+    expect(report).toMatch(/relay Worker\s+4\s+1\s+\d+ \|/);
+  }, 90_000);
 
   it("cancel measures client abort to upstream abort, and every abort reaches the backend", async () => {
     const figures = await runCancel({
