@@ -20,7 +20,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { clock, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
+import { sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
 import {
   CONCURRENT_TOKENS_PER_SECOND,
   TOKENS_PER_SECOND,
@@ -174,8 +174,8 @@ function perfUnavailable(): string | undefined {
 }
 
 /** Requests from `streams` concurrent streams, each sending its next as its last ends, for `seconds`. */
-async function load(request: Side, streams: number, seconds: number): Promise<(Timing & { start: number })[]> {
-  const timed: (Timing & { start: number })[] = [];
+async function load(request: Side, streams: number, seconds: number): Promise<Timing[]> {
+  const timed: Timing[] = [];
   const until = performance.now() + seconds * 1000;
   // One stream waits between requests, as the direct half of the overhead benchmark's pair does;
   // many streams spread their starts over an answer and then follow on at once.
@@ -184,9 +184,8 @@ async function load(request: Side, streams: number, seconds: number): Promise<(T
     Array.from({ length: streams }, async (_, stream) => {
       if (spread > 0) await sleep((stream * spread) / streams);
       while (performance.now() < until) {
-        const start = clock();
         const t = await send(request);
-        if (!t.failure) timed.push({ ...t, start });
+        if (!t.failure) timed.push(t);
         if (streams === 1) await sleep(GAP_MS);
       }
     }),
@@ -247,7 +246,7 @@ async function record(
       p50,
       p99: quantile(totals, 0.99),
       slow: slow.length,
-      ...(streams === 1 ? { slowInPause: slow.filter((t) => overlaps(t.start, t.start + t.total)).length } : {}),
+      ...(streams === 1 ? { slowInPause: slow.filter((t) => overlaps(t.sentAt, t.sentAt + t.total)).length } : {}),
       toBackend: reached.length ? { p50: median, p99: quantile(toBackend, 0.99) } : { p50: NaN, p99: NaN },
       late: late.length,
       lateInPause: late.filter((r) => overlaps(r.from, r.to)).length,
