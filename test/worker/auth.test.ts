@@ -2,6 +2,10 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { generateApiKey, hashApiKey } from "../../protocol/api-key.js";
 import { Me } from "../../protocol/schemas.js";
+import { authenticate } from "../../workers/auth/authenticate.js";
+import { KeyCache } from "../../workers/auth/key-cache.js";
+import { loadConfig } from "../../workers/config.js";
+import { ApiError } from "../../workers/problem.js";
 import { adminCall, call, createAccount, expectJson, expectProblem } from "./harness.js";
 
 describe("API key authentication", () => {
@@ -38,6 +42,34 @@ describe("API key authentication", () => {
     expect((await adminCall(`/keys/${account.key.id}`, { method: "DELETE" })).status).toBe(200);
     const problem = await expectProblem(await call("/v1/me", { token: account.key.key }), 401, "unauthenticated");
     expect(problem.detail).toContain("revoked");
+  });
+
+  it("looks a key in use up again in the background before its entry expires, so no request waits for D1", async () => {
+    const account = await createAccount();
+    const authorization = `Bearer ${account.key.key}`;
+    let now = Date.now();
+    // This isolate's own cache is left alone: this one stands for another isolate's, with a clock of its own.
+    const cache = new KeyCache({ ttlMs: 30_000, now: () => now });
+    const background: Promise<unknown>[] = [];
+    const check = () => authenticate(env, loadConfig(env), authorization, (p) => void background.push(p), cache);
+    expect((await check()).key.id).toBe(account.key.id);
+    await Promise.all(background.splice(0));
+
+    // Revoked where this cache cannot see it, halfway through the entry's TTL.
+    await env.DB.prepare("UPDATE api_keys SET revoked_at = ? WHERE id = ?").bind(Date.now(), account.key.id).run();
+    now += 15_000;
+    // The request is answered from the cache, without waiting for the lookup it starts...
+    const served = await check();
+    expect(served.key.id).toBe(account.key.id);
+    expect(served.key.revokedAt).toBeNull();
+    expect(background).toHaveLength(1);
+    await Promise.all(background.splice(0));
+    // ...which finds the revocation half a TTL before the entry would have expired.
+    const refused = await check().catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect((refused as ApiError).detail).toContain("revoked");
+    // The refreshed entry is not due another refresh yet.
+    expect(background).toHaveLength(0);
   });
 
   it("refuses an expired key, even though it was cached while valid", async () => {

@@ -24,32 +24,54 @@ export function bearerToken(header: string | undefined): string | undefined {
 
 /**
  * Resolves the request's API key to a principal. Malformed keys are refused without any
- * lookup; valid ones cost a D1 query at most once per TTL per isolate.
+ * lookup; valid ones cost a D1 query at most once per TTL per isolate, and a key in use is
+ * looked up again in the background before its entry expires, so its requests do not wait for it.
  */
 export async function authenticate(
   env: Env,
   config: Config,
   authorization: string | undefined,
   waitUntil: (promise: Promise<unknown>) => void,
+  cache: KeyCache = keyCache(config),
 ): Promise<Principal> {
   const token = bearerToken(authorization);
   if (!token) throw unauthenticated("Send your API key as `Authorization: Bearer sxt_…`.");
   if (!isWellFormedApiKey(token)) throw unauthenticated("The API key is malformed.");
 
   const hash = await hashApiKey(token);
-  const cached = keyCache(config).get(hash);
-  let principal = cached;
-  if (principal === undefined) {
-    const db = database(env.DB);
-    principal = await findPrincipalByHash(db, hash);
-    keyCache(config).set(hash, principal);
-    // Touch only on a cache refresh: last-used is accurate to the cache TTL and costs no write per request.
-    if (principal && !principal.key.revokedAt) waitUntil(touchApiKey(db, principal.key.id, new Date()));
-  }
+  let principal = cache.get(hash);
+  if (principal === undefined) principal = await lookUp(env, cache, hash, waitUntil);
+  else if (principal && cache.claimRefresh(hash))
+    waitUntil(
+      lookUp(env, cache, hash, waitUntil)
+        .catch((err: unknown) =>
+          // Not fatal: the entry still expires on time, and the lookup is tried again before then.
+          console.error(
+            JSON.stringify({ level: "warn", message: "key cache refresh failed", error: (err as Error)?.name }),
+          ),
+        )
+        .finally(() => cache.releaseRefresh(hash)),
+    );
   if (!principal) throw unauthenticated("The API key is not recognised.");
   if (principal.key.revokedAt) throw unauthenticated("The API key has been revoked.");
   if (principal.key.expiresAt && Date.parse(principal.key.expiresAt) <= Date.now()) {
     throw unauthenticated("The API key has expired.");
   }
+  return principal;
+}
+
+/** Reads a key's principal from D1 into the cache. */
+async function lookUp(
+  env: Env,
+  cache: KeyCache,
+  hash: string,
+  waitUntil: (promise: Promise<unknown>) => void,
+): Promise<Principal | null> {
+  const ticket = cache.ticket();
+  const db = database(env.DB);
+  const principal = await findPrincipalByHash(db, hash);
+  cache.set(hash, principal, ticket);
+  // Touch only on a lookup: last-used is accurate to the cache TTL and costs no write per request.
+  if (principal && !principal.key.revokedAt) waitUntil(touchApiKey(db, principal.key.id, new Date()));
   return principal;
 }
