@@ -93,7 +93,9 @@ export class KeyCache {
    */
   claimRefresh(hash: string): boolean {
     const entry = this.#entries.get(hash);
-    if (!entry?.principal || entry.refreshing || entry.refreshAt > this.#now()) return false;
+    const now = this.#now();
+    // An expired entry is not refreshed but looked up again, by a request that waits for it.
+    if (!entry?.principal || entry.refreshing || entry.refreshAt > now || entry.expires <= now) return false;
     entry.refreshing = true;
     return true;
   }
