@@ -48,7 +48,7 @@ const PHRASES = [
 ];
 
 /** mulberry32: small, fast and good enough to make the same tree from the same seed. */
-function rng(seed: number) {
+export function rng(seed: number) {
   let a = seed >>> 0;
   const next = () => {
     a = (a + 0x6d2b79f5) >>> 0;

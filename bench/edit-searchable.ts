@@ -20,7 +20,7 @@ import { Sextant } from "../client/sdk/client.js";
 import { searchWorkspace } from "../client/workspace/search.js";
 import { openWorkspace, type IndexReport } from "../client/workspace/session.js";
 import { sextant as cli, startLocalEdge } from "../test/support/local-edge.js";
-import { generateCodeTree } from "./code-fixture.js";
+import { generateCodeTree, rng } from "./code-fixture.js";
 import { fmt, quantile } from "./stats.js";
 
 const BIN = new URL("../client/bin/sextant.js", import.meta.url).pathname;
@@ -47,8 +47,8 @@ const SYLLABLES = ["z", "v"].flatMap((c) =>
  * A word no vocabulary has and no earlier save used: with 30 random bits, two saves share a word
  * about once in a billion, where a shared word would let an older save compete for the top hit.
  */
-function inventedWord(): string {
-  const bits = randomInt(2 ** 30);
+function inventedWord(random: (n: number) => number): string {
+  const bits = random(2 ** 30);
   return Array.from({ length: 6 }, (_, k) => SYLLABLES[(bits >>> (5 * k)) & 31]!).join("");
 }
 
@@ -59,8 +59,8 @@ const summary = (values: number[]) => ({
 });
 
 /** A function to append to `path`, in its language, named and documented with two invented words. */
-function newFunction(path: string): { name: string; text: string; query: string } {
-  const [noun, thing] = [inventedWord(), inventedWord()];
+function newFunction(path: string, random: (n: number) => number): { name: string; text: string; query: string } {
+  const [noun, thing] = [inventedWord(random), inventedWord(random)];
   const query = `reconcile ${noun} ${thing}`;
   const doc = `Reconciles the ${noun} ${thing} entries against the ledger.`;
   if (path.endsWith(".py")) {
@@ -108,7 +108,17 @@ function startWatcher(root: string, env: Record<string, string>, debounceMs: num
   };
 }
 
-export async function runEditSearchable(count: number, saves: number, debounceMs = 200): Promise<EditFigures> {
+/**
+ * `seed` draws the invented words from a seeded generator instead of the system's, so that a run
+ * (the smoke test's) searches for the same words every time.
+ */
+export async function runEditSearchable(
+  count: number,
+  saves: number,
+  debounceMs = 200,
+  seed?: number,
+): Promise<EditFigures> {
+  const random = seed === undefined ? (n: number) => randomInt(n) : rng(seed).int;
   const tree = generateCodeTree(join(tmpdir(), `sextant-bench-edit-${count}`), count);
   const edge = await startLocalEdge();
   let watcher: ReturnType<typeof startWatcher> | undefined;
@@ -138,7 +148,7 @@ export async function runEditSearchable(count: number, saves: number, debounceMs
     const searchTimes: number[] = [];
     for (let i = 0; i < saves; i++) {
       const path = tree.files[(i * 7919 + 3) % tree.files.length]!;
-      const { name, text, query } = newFunction(path);
+      const { name, text, query } = newFunction(path, random);
       if (!originals.has(path)) originals.set(path, readFileSync(join(tree.root, path)));
       const before = syncs.length;
       const savedAt = performance.now();

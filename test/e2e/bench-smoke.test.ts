@@ -159,7 +159,9 @@ describe("benchmarks (smoke)", () => {
   }, 180_000);
 
   it("edit-searchable measures saves until search ranks them first", async () => {
-    const figures = await runEditSearchable(80, 3, 50);
+    // Seeded: the same invented words every run. With the system's random words, one run in many
+    // drew a save whose chunk ranked second behind an earlier save's for a minute, and failed.
+    const figures = await runEditSearchable(80, 3, 50, 7);
     expect(figures.saves).toBe(3);
     expect(figures.searchable.p95).toBeGreaterThanOrEqual(figures.searchable.p50);
     expect(figures.synced.p50).toBeGreaterThan(0);
