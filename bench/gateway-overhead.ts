@@ -58,7 +58,8 @@ export interface OverheadOptions {
   gateway?: BenchGateway;
 }
 
-const BACKEND = "overhead";
+/** The id of `overheadPart()`'s simulated backend, where its records and pace are read and set. */
+export const OVERHEAD_BACKEND = "overhead";
 const MODEL = "tab-overhead";
 const TOKENS = 16;
 const TTFT_MS = 20;
@@ -83,7 +84,7 @@ export function overheadPart(): BenchPart {
   return {
     backends: [
       {
-        id: BACKEND,
+        id: OVERHEAD_BACKEND,
         ttftMs: TTFT_MS,
         tokensPerSecond: TOKENS_PER_SECOND,
         completionTokens: TOKENS,
@@ -102,10 +103,10 @@ export function overheadPart(): BenchPart {
         timeouts: { connectMs: 30_000, firstByteMs: 30_000, gapMs: 30_000, deadlineMs: 120_000 },
         endpoints: [
           {
-            id: BACKEND,
+            id: OVERHEAD_BACKEND,
             region: "us-east",
             ...VIRGINIA,
-            url: urls[BACKEND]!,
+            url: urls[OVERHEAD_BACKEND]!,
             model: "sim-model",
             kind: "vllm",
             capacity: 50_000,
@@ -361,7 +362,7 @@ const JSON_TYPE = { "content-type": "application/json" };
  */
 function directSide(gw: BenchGateway): Side {
   return {
-    url: `${gw.backends.url(BACKEND)}/completions`,
+    url: `${gw.backends.url(OVERHEAD_BACKEND)}/completions`,
     init: {
       method: "POST",
       headers: JSON_TYPE,
@@ -403,7 +404,7 @@ function sides(
   return {
     stream: { direct, edge: edgeSide(gw) },
     floor: {
-      direct: { url: new URL("/health", gw.backends.url(BACKEND)).href, init: {}, complete: ok },
+      direct: { url: new URL("/health", gw.backends.url(OVERHEAD_BACKEND)).href, init: {}, complete: ok },
       edge: { url: `${gw.baseURL}/healthz`, init: {}, complete: ok },
     },
     forward: { direct, edge: workerSide(gw, baselines.forward) },
@@ -505,7 +506,7 @@ async function measure(
  * same requests; nothing when any request went unrecorded (`GET /health` is not recorded).
  */
 async function split(gw: BenchGateway, good: { direct: Timing; edge: Timing }[]): Promise<Pick<PairedRun, "split">> {
-  const records = new Map((await gw.backends.records(BACKEND)).map((r) => [r.requestId, r]));
+  const records = new Map((await gw.backends.records(OVERHEAD_BACKEND)).map((r) => [r.requestId, r]));
   const parts = (t: Timing) => {
     const r = records.get(t.id);
     return r?.firstTokenAt === undefined
@@ -534,8 +535,8 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
   const pairsPerStream = options.pairsPerStream ?? 5;
   const concurrentTokensPerSecond = options.concurrentTokensPerSecond ?? CONCURRENT_TOKENS_PER_SECOND;
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
-    const forwarder = await startBaseline("forward.js", gw.backends.url(BACKEND));
-    const relayer = await startBaseline("relay.js", gw.backends.url(BACKEND)).catch(async (err: unknown) => {
+    const forwarder = await startBaseline("forward.js", gw.backends.url(OVERHEAD_BACKEND));
+    const relayer = await startBaseline("relay.js", gw.backends.url(OVERHEAD_BACKEND)).catch(async (err: unknown) => {
       await forwarder.stop();
       throw err;
     });
@@ -574,7 +575,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         }
       }
       for (const [at, side] of turns.entries()) side.into.push(await summarize(gw, 1, collected[at]!));
-      await gw.backends.configure(BACKEND, { tokensPerSecond: concurrentTokensPerSecond });
+      await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: concurrentTokensPerSecond });
       // One answer's length at this pace: the streams' starts are spread over it.
       const spread = answerMs(concurrentTokensPerSecond);
       try {
@@ -589,7 +590,7 @@ export async function runOverhead(options: OverheadOptions = {}): Promise<Overhe
         overRelays.push(await measure(gw, overRelay, streams, pairsPerStream, undefined, spread));
         floors.push(await measure(gw, floor, streams, pairsPerStream, cpu, spread));
       } finally {
-        await gw.backends.configure(BACKEND, { tokensPerSecond: TOKENS_PER_SECOND });
+        await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: TOKENS_PER_SECOND });
       }
       return {
         simulator: gw.backends.mode,

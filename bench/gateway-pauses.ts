@@ -20,9 +20,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
+import { quantileOf, sleep, withGateway, type BenchGateway } from "./gateway-fixture.js";
 import {
   CONCURRENT_TOKENS_PER_SECOND,
+  OVERHEAD_BACKEND,
   TOKENS_PER_SECOND,
   answerMs,
   edgeSide,
@@ -228,13 +229,13 @@ async function record(
     const totals = timed.map((t) => t.total);
     const p50 = quantile(totals, 0.5);
     const slow = timed.filter((t) => t.total >= p50 + SLOW_MS);
-    const received = new Map((await gw.backends.records("overhead")).map((r) => [r.requestId, r.receivedAt]));
+    const received = new Map((await gw.backends.records(OVERHEAD_BACKEND)).map((r) => [r.requestId, r.receivedAt]));
     const reached = timed.flatMap((t) => {
       const at = received.get(t.id);
       return at === undefined ? [] : [{ from: t.sentAt, to: at, ms: at - t.sentAt }];
     });
     const toBackend = reached.map((r) => r.ms);
-    const median = reached.length ? quantile(toBackend, 0.5) : NaN;
+    const median = quantileOf(toBackend, 0.5);
     const late = reached.filter((r) => r.ms >= median + SLOW_MS);
     const ms = pauses.map((p) => ({ ms: (p.end - p.start) * 1000, full: p.full }));
     const long = ms.filter((p) => p.ms >= SLOW_MS);
@@ -247,7 +248,7 @@ async function record(
       p99: quantile(totals, 0.99),
       slow: slow.length,
       ...(streams === 1 ? { slowInPause: slow.filter((t) => overlaps(t.sentAt, t.sentAt + t.total)).length } : {}),
-      toBackend: reached.length ? { p50: median, p99: quantile(toBackend, 0.99) } : { p50: NaN, p99: NaN },
+      toBackend: { p50: median, p99: quantileOf(toBackend, 0.99) },
       late: late.length,
       lateInPause: late.filter((r) => overlaps(r.from, r.to)).length,
       pauses: ms
@@ -274,7 +275,7 @@ export async function runPauses(
   return withGateway(overheadPart(), { simulator: "separate process", ...options }, async (gw) => {
     const edgePid = gw.edgeWorkerdPid();
     if (edgePid === undefined) return { skipped: "the edge's workerd process was not found" };
-    const relay = await startBaseline("relay.js", gw.backends.url("overhead"));
+    const relay = await startBaseline("relay.js", gw.backends.url(OVERHEAD_BACKEND));
     try {
       const relayPid = relay.pid;
       if (relayPid === undefined) return { skipped: "the relay Worker's workerd process was not found" };
@@ -284,11 +285,11 @@ export async function runPauses(
       ];
       const runs: PauseRun[] = [];
       for (const side of sides) runs.push(await record(gw, side.name, side.pid, side.request, seconds, 1));
-      await gw.backends.configure("overhead", { tokensPerSecond: CONCURRENT_TOKENS_PER_SECOND });
+      await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: CONCURRENT_TOKENS_PER_SECOND });
       try {
         for (const side of sides) runs.push(await record(gw, side.name, side.pid, side.request, seconds, streams));
       } finally {
-        await gw.backends.configure("overhead", { tokensPerSecond: TOKENS_PER_SECOND });
+        await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: TOKENS_PER_SECOND });
       }
       return { runs };
     } finally {

@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
+import { rng } from "../../bench/code-fixture.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
 import { cancelPart, reportCancel, runCancel } from "../../bench/gateway-cancel.js";
 import { coldStartPart, reportColdStart, runColdStart } from "../../bench/gateway-coldstart.js";
@@ -268,13 +269,7 @@ describe("gateway benchmarks (smoke)", () => {
     expect(() => quantileInterval([1, 2], 1)).toThrow(RangeError);
     // Coverage: samples of an exponential distribution, whose p99 is ln 100; a seeded generator
     // keeps the draw the same on every run.
-    let seed = 42;
-    const random = () => {
-      seed = (seed + 0x6d2b79f5) | 0;
-      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
+    const random = rng(42).next;
     const truth = Math.log(100);
     let covered = 0;
     const trials = 1000;
