@@ -6,7 +6,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { HealthSnapshot } from "../workers/gateway/balancer.js";
-import { loadGateway, type Gateway } from "../workers/gateway/config.js";
+import { backendHeaders, loadGateway, type Gateway } from "../workers/gateway/config.js";
 
 interface EndpointRecord {
   /** The last probe passed (true until the first probe says otherwise). */
@@ -119,10 +119,10 @@ export class GatewayHealth extends DurableObject<Env> {
     await this.ensureAlarm(gateway);
   }
 
-  private async probe(url: string, timeoutMs: number, secret: string | undefined): Promise<boolean> {
+  private async probe(url: string, timeoutMs: number, headers: Record<string, string>): Promise<boolean> {
     try {
       const response = await fetch(url, {
-        headers: secret ? { Authorization: `Bearer ${secret}` } : {},
+        headers,
         signal: AbortSignal.timeout(timeoutMs),
       });
       await response.body?.cancel();
@@ -143,7 +143,7 @@ export class GatewayHealth extends DurableObject<Env> {
         const ok = await this.probe(
           endpoint.healthUrl,
           probeTimeoutMs,
-          endpoint.secret ? vars[endpoint.secret] : undefined,
+          backendHeaders(endpoint.kind, endpoint.secret ? vars[endpoint.secret] : undefined),
         );
         return [endpoint.id, ok] as const;
       }),

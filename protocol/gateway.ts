@@ -18,8 +18,12 @@ export const PRIORITY_CLASSES = ["tab", "chat", "apply", "background"] as const;
 export const PriorityClass = z.enum(PRIORITY_CLASSES);
 export type PriorityClass = z.infer<typeof PriorityClass>;
 
-/** What an endpoint runs: it decides how FIM and `prediction` are sent and where health is probed. */
-export const ENDPOINT_KINDS = ["vllm", "sglang", "openai"] as const;
+/**
+ * What an endpoint runs: it decides how FIM and `prediction` are sent and where health is probed.
+ * `anthropic` is Anthropic's Messages API, for chat and apply pools: the edge translates requests
+ * and answers, so clients still speak OpenAI's API.
+ */
+export const ENDPOINT_KINDS = ["vllm", "sglang", "openai", "anthropic"] as const;
 export const EndpointKind = z.enum(ENDPOINT_KINDS);
 export type EndpointKind = z.infer<typeof EndpointKind>;
 
@@ -38,7 +42,7 @@ export const Endpoint = z
     region: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/),
     latitude: z.number().min(-90).max(90),
     longitude: z.number().min(-180).max(180),
-    /** The OpenAI-compatible base URL, ending in `/v1`. */
+    /** The base URL, ending in `/v1` (OpenAI-compatible servers; `https://api.anthropic.com/v1` for Anthropic). */
     url: z.url({ protocol: /^https?$/ }),
     /** The model name the backend serves; omitted, the client's model is sent unchanged. */
     model: z.string().min(1).max(256).optional(),
@@ -47,9 +51,9 @@ export const Endpoint = z
     capacity: z.number().int().min(1).max(100_000),
     /** Relative share among endpoints of the same region. */
     weight: z.number().positive().max(1000).default(1),
-    /** Name of the Worker secret sent as `Authorization: Bearer …` (never the secret itself). */
+    /** Name of the Worker secret sent as `Authorization: Bearer …`, or `x-api-key` to Anthropic (never the secret itself). */
     secret: z.string().regex(ENV_NAME, "an environment variable name such as POOL_TAB_KEY").optional(),
-    /** Health URL; defaults to `/health` at the server root for vLLM and SGLang, `<url>/models` otherwise. */
+    /** Health URL; defaults to `/health` at the server root for vLLM and SGLang, `<url>/models` for the others. */
     health: z.url({ protocol: /^https?$/ }).optional(),
   })
   .strict();
@@ -118,9 +122,19 @@ export const Pool = z
   })
   .strict()
   .superRefine((pool, ctx) => {
-    const needsFim = pool.role === "tab" && pool.endpoints.some((e) => e.kind !== "openai");
+    const needsFim = pool.role === "tab" && pool.endpoints.some((e) => e.kind === "vllm" || e.kind === "sglang");
     if (needsFim && !pool.fim)
       ctx.addIssue({ code: "custom", path: ["fim"], message: "required for a tab pool with vLLM or SGLang endpoints" });
+    if (pool.role !== "chat" && pool.role !== "apply")
+      pool.endpoints.forEach((e, i) => {
+        if (e.kind === "anthropic")
+          ctx.addIssue({
+            code: "custom",
+            path: ["endpoints", i, "kind"],
+            message:
+              "Anthropic endpoints serve chat and apply pools only (the Messages API has no completions or embeddings)",
+          });
+      });
     if (pool.hedgeAfterMs !== undefined && pool.role !== "tab")
       ctx.addIssue({ code: "custom", path: ["hedgeAfterMs"], message: "only tab pools hedge" });
   });

@@ -6,7 +6,10 @@
  *
  * It speaks the HTTP protocol closely enough for the official `openai` SDK: completions and chat
  * (streamed as server-sent events or whole), embeddings (float or base64), models, vLLM's `/health`
- * and `/metrics`, the `{ error: { message, type, param, code } }` envelope. Timing follows a simple
+ * and `/metrics`, the `{ error: { message, type, param, code } }` envelope. With `kind: "anthropic"`
+ * it is instead a stand-in for Anthropic's Messages API, closely enough for the official
+ * `@anthropic-ai/sdk`: `POST /v1/messages` (whole, or streamed as typed events), `GET /v1/models`,
+ * `x-api-key`, the `{ type: "error", error: { type, message } }` envelope and 529 when overloaded. Timing follows a simple
  * GPU model: time to first token, a token rate, full speed up to `capacity` requests, slower up to
  * `maxConcurrency`, 503 beyond. Faults (refused connections, error statuses, hangs, broken streams,
  * slow drips, failing health) are set per backend and changed at run time.
@@ -42,8 +45,11 @@ export const Fault = z.discriminatedUnion("type", [
 export type Fault = z.infer<typeof Fault>;
 
 const tunables = {
-  /** `vllm` rejects a non-empty `suffix` on `/v1/completions` as vLLM does; `openai` accepts it. */
-  kind: z.enum(["vllm", "openai"]).optional(),
+  /**
+   * `vllm` rejects a non-empty `suffix` on `/v1/completions` as vLLM does; `openai` accepts it;
+   * `anthropic` serves Anthropic's Messages API instead of OpenAI's.
+   */
+  kind: z.enum(["vllm", "openai", "anthropic"]).optional(),
   /** Served model names; other models get 404. Default `["sim-model"]`. */
   models: z.array(z.string().min(1)).min(1).optional(),
   /** Time to first token, default 20 ms. */
@@ -56,7 +62,7 @@ const tunables = {
   capacity: z.number().int().min(1).optional(),
   /** Requests in flight beyond which it answers 503, default 2 × capacity. */
   maxConcurrency: z.number().int().min(1).optional(),
-  /** When set, `/v1` requests without `Authorization: Bearer <apiKey>` get 401; `null` clears it. */
+  /** When set, `/v1` requests without `Authorization: Bearer <apiKey>` (or `x-api-key: <apiKey>` for `anthropic`) get 401; `null` clears it. */
   apiKey: z.string().min(1).nullish(),
   /** Default 16. */
   embeddingDims: z.number().int().min(1).max(65_536).optional(),
@@ -166,7 +172,24 @@ function resolve(options: BackendOptions, port: number): ResolvedBackendOptions 
 const KINDS = {
   vllm: { rejectsSuffix: true },
   openai: { rejectsSuffix: false },
+  anthropic: { rejectsSuffix: false },
 } as const;
+
+/** Anthropic's error types by status (`overloaded_error` is its 529). */
+const ANTHROPIC_ERRORS: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  413: "request_too_large",
+  429: "rate_limit_error",
+  529: "overloaded_error",
+};
+
+const anthropicErrorBody = (status: number, message: string) => ({
+  type: "error",
+  error: { type: ANTHROPIC_ERRORS[status] ?? "api_error", message },
+});
 
 const ERROR_TYPES: Record<number, string> = {
   400: "BadRequestError",
@@ -218,6 +241,15 @@ const ChatBody = z.looseObject({
   stream_options: StreamOptions,
 });
 
+const Blocks = z.union([z.string(), z.array(z.looseObject({ type: z.string(), text: z.string().optional() }))]);
+const MessagesBody = z.looseObject({
+  model: z.string(),
+  messages: z.array(z.looseObject({ role: z.enum(["user", "assistant"]), content: Blocks })).min(1),
+  system: Blocks.optional(),
+  max_tokens: z.number().int().min(1),
+  stream: z.boolean().optional(),
+});
+
 const EmbeddingBody = z.looseObject({
   model: z.string(),
   input: z.union([z.string(), z.array(z.string()).min(1)]),
@@ -236,6 +268,8 @@ interface Generation {
 
 /** How one endpoint shapes its objects: the generation loop is shared. */
 interface Format {
+  /** Anthropic's Messages API: its own stream events and answer object (the fields below go unused). */
+  anthropic?: true;
   idPrefix: string;
   object: string;
   chunkObject: string;
@@ -271,6 +305,13 @@ const CHAT: Format = {
     finish_reason: finish,
   }),
 };
+
+const MESSAGES: Format = { ...CHAT, anthropic: true, idPrefix: "msg_sim_" };
+
+/** An Anthropic stream event. */
+const typed = (type: string, data: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+
+const STOP_REASONS: Record<string, string> = { stop: "end_turn", length: "max_tokens" };
 
 /** A deterministic unit vector from a hash of the text, already rounded to float32. */
 export function simulatedEmbedding(text: string, dims: number): number[] {
@@ -483,15 +524,21 @@ class Backend implements SimulatedBackend {
       json = false;
     }
     const key = this.opts.apiKey;
-    if (key !== null && record.authorization !== `Bearer ${key}`) {
+    const anthropic = this.opts.kind === "anthropic";
+    // Anthropic's API takes the key as `x-api-key` or, as its newer SDKs send it, as a bearer token.
+    const keyed = record.authorization === `Bearer ${key}` || (anthropic && record.headers["x-api-key"] === key);
+    if (key !== null && !keyed) {
       return this.fail(exchange, 401, "Unauthorized (simulated backend): missing or wrong API key.");
     }
     if (!json) return this.fail(exchange, 400, "We could not parse the JSON body of your request.");
     if (route === "GET /v1/models") return this.json(exchange, 200, this.modelList());
     const handler = GENERATIVE[route];
-    if (!handler) return this.fail(exchange, 404, `Not Found: ${route}`);
+    // Each kind serves its own API only.
+    if (!handler || (route === "POST /v1/messages") !== anthropic)
+      return this.fail(exchange, 404, `Not Found: ${route}`);
     if (!admitted) {
-      return this.fail(exchange, 503, "The simulated backend is at maxConcurrency; try again later.", "refused");
+      const status = anthropic ? 529 : 503;
+      return this.fail(exchange, status, "The simulated backend is at maxConcurrency; try again later.", "refused");
     }
     const parsed = handler(record.body, this.opts);
     if (typeof parsed === "string") return this.fail(exchange, 400, parsed);
@@ -518,6 +565,16 @@ class Backend implements SimulatedBackend {
 
   private modelList() {
     const created = Math.floor(Date.now() / 1000);
+    if (this.opts.kind === "anthropic") {
+      const createdAt = new Date(created * 1000).toISOString();
+      const data = this.opts.models.map((id) => ({
+        type: "model",
+        id,
+        display_name: `${id} (simulated)`,
+        created_at: createdAt,
+      }));
+      return { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
+    }
     return {
       object: "list",
       data: this.opts.models.map((id) => ({ id, object: "model", created, owned_by: FINGERPRINT })),
@@ -575,15 +632,33 @@ class Backend implements SimulatedBackend {
       total_tokens: g.promptTokens + tokens,
     };
     const event = (data: object) => `data: ${JSON.stringify(g.includeUsage ? { ...data, usage: null } : data)}\n\n`;
+    const anthropic = g.format.anthropic === true;
+    const message = { id: head.id, type: "message", role: "assistant", model: g.model };
     let emitted = 0;
     let text = "";
 
     const broken = () => {
       if (!g.stream) return this.json(exchange, 200, undefined, "fault", `{"id":"${head.id}","choices": [`);
-      res.write('data: {"choices": [\n\n');
+      res.write(
+        anthropic
+          ? 'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0,\n\n'
+          : 'data: {"choices": [\n\n',
+      );
       exchange.timer = setTimeout(() => this.end(exchange, "fault"), 1000);
     };
     const done = () => {
+      if (anthropic) {
+        const stop = { stop_reason: STOP_REASONS[finish], stop_sequence: null };
+        if (!g.stream) {
+          record.firstTokenAt = now();
+          const content = [{ type: "text", text }];
+          const used = { input_tokens: g.promptTokens, output_tokens: tokens };
+          return this.json(exchange, 200, { ...message, content, ...stop, usage: used });
+        }
+        res.write(typed("content_block_stop", { index: 0 }));
+        res.write(typed("message_delta", { delta: stop, usage: { output_tokens: tokens } }));
+        return this.end(exchange, "completed", typed("message_stop", {}));
+      }
       if (!g.stream) {
         record.firstTokenAt = now();
         return this.json(exchange, 200, { ...head, choices: [g.format.whole(text, finish)], usage });
@@ -609,7 +684,11 @@ class Backend implements SimulatedBackend {
         const piece = `sim${emitted} `;
         text += piece;
         if (g.stream) {
-          res.write(event({ ...head, choices: [g.format.token(piece, emitted === 0)] }));
+          res.write(
+            anthropic
+              ? typed("content_block_delta", { index: 0, delta: { type: "text_delta", text: piece } })
+              : event({ ...head, choices: [g.format.token(piece, emitted === 0)] }),
+          );
           if (emitted === 0) record.firstTokenAt = now();
         }
         emitted++;
@@ -625,7 +704,13 @@ class Backend implements SimulatedBackend {
 
     if (g.stream) {
       res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
-      res.flushHeaders();
+      if (anthropic) {
+        const usage = { input_tokens: g.promptTokens, output_tokens: 1 };
+        const started = { ...message, content: [], stop_reason: null, stop_sequence: null, usage };
+        res.write(typed("message_start", { message: started }));
+        res.write(typed("content_block_start", { index: 0, content_block: { type: "text", text: "" } }));
+        res.write(typed("ping", {}));
+      } else res.flushHeaders();
       record.headersAt = now();
       record.status = 200;
     }
@@ -644,7 +729,8 @@ class Backend implements SimulatedBackend {
   }
 
   private fail(exchange: Exchange, status: number, message: string, outcome: Outcome = "error") {
-    this.json(exchange, status, errorBody(status, message), outcome);
+    const body = this.opts.kind === "anthropic" ? anthropicErrorBody(status, message) : errorBody(status, message);
+    this.json(exchange, status, body, outcome);
   }
 
   /** Settles the record, then ends the response with its last bytes. */
@@ -699,6 +785,20 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       maxTokens: r.data.max_completion_tokens ?? r.data.max_tokens ?? null,
       stream: r.data.stream ?? false,
       includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
+    };
+  },
+  "POST /v1/messages": (body) => {
+    const r = MessagesBody.safeParse(body);
+    if (!r.success) return firstIssue(r.error);
+    const chars = (blocks: z.infer<typeof Blocks> | undefined) =>
+      typeof blocks === "string" ? blocks.length : (blocks ?? []).reduce((sum, b) => sum + (b.text?.length ?? 0), 0);
+    return {
+      format: MESSAGES,
+      model: r.data.model,
+      promptTokens: promptTokens(chars(r.data.system) + r.data.messages.reduce((sum, m) => sum + chars(m.content), 0)),
+      maxTokens: r.data.max_tokens,
+      stream: r.data.stream ?? false,
+      includeUsage: false,
     };
   },
   "POST /v1/embeddings": (body) => {

@@ -13,6 +13,7 @@ import OpenAI, {
   InternalServerError,
   NotFoundError,
 } from "openai";
+import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import {
   simulatedEmbedding,
@@ -36,6 +37,15 @@ beforeAll(async () => {
       { id: "faulty", ttftMs: 5, tokensPerSecond: 1000, completionTokens: 8 },
       { id: "small", capacity: 2, maxConcurrency: 3, ttftMs: 150, tokensPerSecond: 100, completionTokens: 4 },
       { id: "wide", capacity: 400, ttftMs: 500, tokensPerSecond: 50, completionTokens: 16 },
+      {
+        id: "claude",
+        kind: "anthropic",
+        models: ["sim-claude"],
+        apiKey: "sk-ant-sim",
+        ttftMs: 5,
+        tokensPerSecond: 2000,
+        completionTokens: 6,
+      },
     ],
   });
 });
@@ -243,6 +253,99 @@ describe("the OpenAI protocol, through the openai SDK", () => {
     expect(await missing.json()).toMatchObject({ error: { code: 404 } });
     const root = await fetch(base.replace(/\/v1$/, "/nothing"));
     expect(root.status).toBe(404);
+  });
+});
+
+describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
+  const claude = (apiKey = "sk-ant-sim") =>
+    new Anthropic({ baseURL: sim.backend("claude").url.replace(/\/v1$/, ""), apiKey, maxRetries: 0 });
+  const ask = { model: "sim-claude", max_tokens: 100, messages: [{ role: "user" as const, content: "Hello there" }] };
+
+  it("answers a whole message with text blocks, a stop reason and usage", async () => {
+    const message = await claude().messages.create({ ...ask, system: "Be brief." });
+    expect(message.type).toBe("message");
+    expect(message.role).toBe("assistant");
+    expect(message.content).toEqual([{ type: "text", text: "sim0 sim1 sim2 sim3 sim4 sim5 " }]);
+    expect(message.stop_reason).toBe("end_turn");
+    expect(message.usage).toMatchObject({
+      input_tokens: Math.ceil("Be brief.Hello there".length / 4),
+      output_tokens: 6,
+    });
+    const [record] = sim.backend("claude").records();
+    expect(record!.path).toBe("/v1/messages");
+    expect(record!.authorization).toBe("Bearer sk-ant-sim");
+    expect(record!.headers["anthropic-version"]).toBeTruthy();
+  });
+
+  it("streams typed events that the SDK assembles into the same message, stopping at max_tokens", async () => {
+    const stream = claude().messages.stream({ ...ask, max_tokens: 4 });
+    const types: string[] = [];
+    let text = "";
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === "content_block_delta" && event.delta.type === "text_delta") text += event.delta.text;
+    }
+    const message = await stream.finalMessage();
+    expect(text).toBe("sim0 sim1 sim2 sim3 ");
+    expect(message.content).toEqual([{ type: "text", text }]);
+    expect(message.stop_reason).toBe("max_tokens");
+    expect(message.usage.output_tokens).toBe(4);
+    expect(types[0]).toBe("message_start");
+    expect(types.at(-1)).toBe("message_stop");
+    expect(types.filter((t) => t === "content_block_delta")).toHaveLength(4);
+  });
+
+  it("lists its models in Anthropic's shape", async () => {
+    const models = await claude().models.list();
+    expect(models.data.map((m) => m.id)).toEqual(["sim-claude"]);
+  });
+
+  it("refuses a wrong key with 401, a bad body with 400 and OpenAI's paths with 404, in Anthropic's envelope", async () => {
+    await expect(claude("sk-wrong").messages.create(ask)).rejects.toBeInstanceOf(Anthropic.AuthenticationError);
+    const noLimit = { model: "sim-claude", messages: ask.messages } as unknown as typeof ask;
+    await expect(claude().messages.create(noLimit)).rejects.toBeInstanceOf(Anthropic.BadRequestError);
+    const response = await fetch(`${sim.backend("claude").url}/chat/completions`, {
+      method: "POST",
+      headers: { "x-api-key": "sk-ant-sim", "content-type": "application/json" },
+      body: JSON.stringify({ model: "sim-claude", messages: [{ role: "user", content: "hi" }] }),
+    });
+    expect(response.status).toBe(404);
+    expect(await response.json()).toMatchObject({ type: "error", error: { type: "not_found_error" } });
+  });
+
+  it("answers a status fault and overload with Anthropic's error types, 529 when full", async () => {
+    const backend = sim.backend("claude");
+    await backend.configure({ fault: { type: "status", status: 529 } });
+    try {
+      const error = await claude()
+        .messages.create(ask)
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Anthropic.APIError);
+      expect((error as InstanceType<typeof Anthropic.APIError>).status).toBe(529);
+      expect((error as { error?: unknown }).error).toMatchObject({
+        type: "error",
+        error: { type: "overloaded_error" },
+      });
+    } finally {
+      await backend.configure({ fault: { type: "none" } });
+    }
+  });
+
+  it("breaks a stream with invalid JSON, which the SDK's iteration throws", async () => {
+    const backend = sim.backend("claude");
+    await backend.configure({ fault: { type: "malformedSse", afterTokens: 2 } });
+    try {
+      const stream = await claude().messages.create({ ...ask, stream: true });
+      const seen: string[] = [];
+      await expect(
+        (async () => {
+          for await (const event of stream) seen.push(event.type);
+        })(),
+      ).rejects.toThrow();
+      expect(seen.filter((t) => t === "content_block_delta")).toHaveLength(2);
+    } finally {
+      await backend.configure({ fault: { type: "none" } });
+    }
   });
 });
 

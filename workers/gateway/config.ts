@@ -3,6 +3,7 @@
  * see protocol/gateway.ts) or, for one OpenAI-compatible server, the single setting
  * `INFERENCE_UPSTREAM` (its base URL). Parsed once per isolate.
  */
+import { ANTHROPIC_VERSION } from "./anthropic.js";
 import { z } from "zod";
 import {
   EndpointKind,
@@ -76,6 +77,8 @@ function shortcutConfig(env: Record<string, unknown>): GatewayConfigInput {
     capacity: s.INFERENCE_UPSTREAM_CAPACITY ?? 64,
     ...(env.INFERENCE_UPSTREAM_API_KEY ? { secret: "INFERENCE_UPSTREAM_API_KEY" } : {}),
   };
+  // Anthropic's Messages API serves chat only: tab and embedding requests find no pool.
+  if (kind === "anthropic") return { pools: { chat: { role: "chat", models: ["*"], endpoints: [endpoint] } } };
   const fim = s.INFERENCE_UPSTREAM_FIM ?? (kind === "openai" ? undefined : "qwen2.5-coder");
   return {
     pools: {
@@ -88,8 +91,18 @@ function shortcutConfig(env: Record<string, unknown>): GatewayConfigInput {
 
 function healthUrl(endpoint: Endpoint): string {
   if (endpoint.health) return endpoint.health;
-  if (endpoint.kind === "openai") return `${endpoint.url.replace(/\/+$/, "")}/models`;
+  if (endpoint.kind === "openai" || endpoint.kind === "anthropic") return `${endpoint.url.replace(/\/+$/, "")}/models`;
   return new URL("/health", endpoint.url).toString();
+}
+
+/**
+ * How a request to an endpoint of this kind carries its secret: `Authorization: Bearer` for
+ * OpenAI-compatible servers, `x-api-key` and the API version for Anthropic's.
+ */
+export function backendHeaders(kind: EndpointKind, secret: string | undefined): Record<string, string> {
+  if (kind === "anthropic")
+    return { "anthropic-version": ANTHROPIC_VERSION, ...(secret ? { "x-api-key": secret } : {}) };
+  return secret ? { Authorization: `Bearer ${secret}` } : {};
 }
 
 /** A pool's own class: its role, with embeddings counted as background work. */

@@ -7,7 +7,8 @@ import type { PriorityClass } from "../../protocol/gateway.js";
 import { ApiError } from "../problem.js";
 import { later } from "../later.js";
 import type { Balancer, Location } from "./balancer.js";
-import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
+import { anthropicCannotServe, anthropicStream, fromAnthropicMessage, toAnthropicRequest } from "./anthropic.js";
+import { backendHeaders, type Gateway, type ResolvedEndpoint, type ResolvedPool, type Surface } from "./config.js";
 import { foldPrediction, renderFim } from "./prompts.js";
 import { SseReader } from "./sse.js";
 
@@ -102,7 +103,12 @@ const peers = (req: ProxyRequest): ResolvedEndpoint[] =>
 const ERROR_SNIPPET = 2_000;
 
 function upstreamBody(req: ProxyRequest, endpoint: ResolvedEndpoint): Record<string, unknown> {
-  let body: Record<string, unknown> = { ...req.body, model: endpoint.model ?? req.publicModel };
+  const model = endpoint.model ?? req.publicModel;
+  if (endpoint.kind === "anthropic") {
+    const body = "prediction" in req.body ? foldPrediction(req.body) : req.body;
+    return toAnthropicRequest(body, model, req.stream);
+  }
+  let body: Record<string, unknown> = { ...req.body, model };
   if (endpoint.kind !== "openai") {
     if (req.surface === "completions" && req.pool.fim) body = renderFim(body, req.pool.fim);
     if (req.surface === "chat" && "prediction" in body) body = foldPrediction(body);
@@ -146,8 +152,8 @@ async function attempt(
     Accept: req.stream ? "text/event-stream" : "application/json",
     "X-Request-Id": req.requestId,
   };
-  const secret = endpoint.secret ? req.secrets[endpoint.secret] : undefined;
-  if (secret) headers.Authorization = `Bearer ${secret}`;
+  Object.assign(headers, backendHeaders(endpoint.kind, endpoint.secret ? req.secrets[endpoint.secret] : undefined));
+  const anthropic = endpoint.kind === "anthropic";
   // A stream's headers come at once (vLLM, SGLang, OpenAI); a whole answer's come with it.
   const headersMs = req.stream ? timeouts.connectMs : timeouts.connectMs + timeouts.firstByteMs;
   let timedOut: string | undefined;
@@ -160,7 +166,7 @@ async function attempt(
   );
   let response: Response;
   try {
-    response = await fetch(`${endpoint.base}${PATHS[req.surface]}`, {
+    response = await fetch(`${endpoint.base}${anthropic ? "/messages" : PATHS[req.surface]}`, {
       method: "POST",
       headers,
       body: JSON.stringify(upstreamBody(req, endpoint)),
@@ -180,8 +186,8 @@ async function attempt(
     const message = await errorMessage(response);
     const status = response.status;
     if (status === 400 || status === 422) return failure(message, { retryable: false, unhealthy: false, status });
-    // 429 and 503 mean "full", not "broken": try elsewhere without counting towards ejection.
-    const full = status === 429 || status === 503;
+    // 429 and 503 (Anthropic's 529) mean "full", not "broken": try elsewhere without counting towards ejection.
+    const full = status === 429 || status === 503 || status === 529;
     return failure(`${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, full, status });
   }
 
@@ -189,7 +195,7 @@ async function attempt(
   if (req.stream) {
     if (!response.body) return failure(`${endpoint.id} sent an empty stream`);
     accepted();
-    const reader = new SseReader(response.body);
+    const reader = new SseReader(response.body, anthropic ? anthropicStream() : undefined);
     const first = await reader.next(firstByteMs);
     if (first.type === "event") {
       const parsed = parseEvent(first.data);
@@ -226,7 +232,11 @@ async function attempt(
   try {
     const body = JSON.parse(text) as unknown;
     if (body && typeof body === "object" && !Array.isArray(body))
-      return { ok: true, kind: "json", body: body as Record<string, unknown> };
+      return {
+        ok: true,
+        kind: "json",
+        body: anthropic ? fromAnthropicMessage(body as Record<string, unknown>) : (body as Record<string, unknown>),
+      };
   } catch {
     // Falls through.
   }
@@ -284,6 +294,21 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     finished = true;
     req.finish(result);
   };
+
+  // Endpoints that cannot take this request at all (Anthropic's API has no logprobs, audio, …)
+  // are passed over as if already tried; when that leaves none, the request is what is wrong.
+  const unable = pool.endpoints.filter((e) => e.kind === "anthropic");
+  const cannot = unable.length > 0 ? anthropicCannotServe(req.body) : undefined;
+  if (cannot) {
+    if (unable.length === pool.endpoints.length) {
+      finish({ outcome: "failed", usage });
+      throw new ApiError(
+        "invalid_request",
+        `Pool ${pool.name} is served by Anthropic's Messages API, which cannot take ${cannot}.`,
+      );
+    }
+    for (const e of unable) tried.add(e.id);
+  }
 
   const end = (a: Attempt) => {
     running.delete(a);

@@ -29,10 +29,24 @@ export class SseReader {
   private sawDone = false;
   private parseError: string | undefined;
 
-  constructor(body: ReadableStream<Uint8Array>) {
+  /**
+   * `translate`, when given, turns each event into the events to hand out and says when the answer
+   * is whole (a backend whose stream is not OpenAI's, such as Anthropic's Messages API); without
+   * it, events pass as they are and `[DONE]` ends the answer.
+   */
+  constructor(
+    body: ReadableStream<Uint8Array>,
+    translate?: (event: string | undefined, data: string) => { events: string[]; done: boolean },
+  ) {
     this.reader = body.getReader();
     this.parser = createParser({
       onEvent: (event) => {
+        if (translate) {
+          const { events, done } = translate(event.event, event.data);
+          for (const data of events) this.queue.push({ type: "event", data });
+          if (done) this.sawDone = true;
+          return;
+        }
         if (event.data === "[DONE]") {
           this.sawDone = true;
           return;

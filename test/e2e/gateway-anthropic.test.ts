@@ -1,0 +1,224 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { LONDON, VIRGINIA, sleep, startGateway, until, type GatewayFixture } from "../support/gateway.js";
+
+const ANTHROPIC_SECRET = "sk-ant-pool-secret";
+const OPENAI_SECRET = "sk-openai-pool-secret";
+
+/**
+ * A chat pool on Anthropic's Messages API (the simulator's stand-in for it) behind the real local
+ * edge, driven by the unchanged `openai` SDK, and a pool that falls back from it to an
+ * OpenAI-compatible endpoint.
+ */
+describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
+  let gw: GatewayFixture;
+
+  beforeAll(async () => {
+    gw = await startGateway(
+      [
+        { id: "claude", kind: "anthropic", models: ["sim-claude"], apiKey: ANTHROPIC_SECRET, tokensPerSecond: 200 },
+        { id: "gpt", kind: "openai", models: ["sim-gpt"], apiKey: OPENAI_SECRET, tokensPerSecond: 200 },
+      ],
+      (urls) => {
+        const claude = {
+          id: "claude-east",
+          region: "us-east",
+          ...VIRGINIA,
+          url: urls.claude!,
+          model: "sim-claude",
+          kind: "anthropic" as const,
+          capacity: 16,
+          secret: "ANTHROPIC_KEY",
+        };
+        const gpt = {
+          id: "gpt-west",
+          region: "eu-west",
+          ...LONDON,
+          url: urls.gpt!,
+          model: "sim-gpt",
+          kind: "openai" as const,
+          capacity: 16,
+          secret: "OPENAI_KEY",
+        };
+        return {
+          pools: {
+            claude: { role: "chat", models: ["claude"], endpoints: [claude] },
+            assistant: { role: "chat", models: ["assistant"], endpoints: [claude, gpt] },
+            "apply-claude": { role: "apply", models: ["apply-claude"], endpoints: [claude] },
+          },
+          health: { probeIntervalMs: 500, snapshotMaxAgeMs: 200 },
+        };
+      },
+      { ANTHROPIC_KEY: ANTHROPIC_SECRET, OPENAI_KEY: OPENAI_SECRET },
+    );
+  });
+  afterAll(async () => gw?.stop());
+  beforeEach(async () => {
+    for (const b of gw.sim.backends) {
+      await b.configure({ fault: { type: "none" }, tokensPerSecond: 200 });
+      b.clear();
+    }
+  });
+
+  const generations = (backend: string) =>
+    gw.sim
+      .backend(backend)
+      .records()
+      .filter((r) => r.method === "POST");
+
+  it("streams a chat completion from the Messages API, with the pool's key, the system prompt and usage", async () => {
+    const stream = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [
+        { role: "system", content: "Answer in French." },
+        { role: "user", content: "Say something." },
+      ],
+      max_tokens: 8,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = "";
+    let finish: string | null | undefined;
+    let usage: OpenAI.CompletionUsage | null | undefined;
+    let role: string | undefined;
+    for await (const chunk of stream) {
+      expect(chunk.model).toBe("claude");
+      expect(chunk.object).toBe("chat.completion.chunk");
+      text += chunk.choices[0]?.delta.content ?? "";
+      role ??= chunk.choices[0]?.delta.role;
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe("sim0 sim1 sim2 sim3 sim4 sim5 sim6 sim7 ");
+    expect(role).toBe("assistant");
+    expect(finish).toBe("length");
+    expect(usage).toEqual({
+      prompt_tokens: Math.ceil("Answer in French.Say something.".length / 4),
+      completion_tokens: 8,
+      total_tokens: Math.ceil("Answer in French.Say something.".length / 4) + 8,
+    });
+    const [record] = generations("claude");
+    expect(record!.path).toBe("/v1/messages");
+    expect(record!.headers["x-api-key"]).toBe(ANTHROPIC_SECRET);
+    expect(record!.headers["anthropic-version"]).toBe("2023-06-01");
+    expect(record!.authorization).toBeNull();
+    expect(JSON.stringify(record!.headers)).not.toContain(gw.apiKey);
+    expect(record!.body).toEqual({
+      model: "sim-claude",
+      system: [{ type: "text", text: "Answer in French." }],
+      messages: [{ role: "user", content: [{ type: "text", text: "Say something." }] }],
+      max_tokens: 8,
+      stream: true,
+    });
+  });
+
+  it("answers a whole chat completion, asking for the default limit when the client set none", async () => {
+    const completion = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [{ role: "user", content: "Hello" }],
+    });
+    expect(completion.object).toBe("chat.completion");
+    expect(completion.model).toBe("claude");
+    expect(completion.choices[0]!.message).toMatchObject({ role: "assistant", content: expect.stringMatching(/^sim0 /) });
+    expect(completion.choices[0]!.finish_reason).toBe("stop");
+    expect(completion.usage).toMatchObject({ prompt_tokens: 2, completion_tokens: 16, total_tokens: 18 });
+    expect((generations("claude")[0]!.body as { max_tokens: number }).max_tokens).toBe(4096);
+  });
+
+  it("folds apply's prediction into the conversation for the Messages API", async () => {
+    await gw.openai().chat.completions.create({
+      model: "apply-claude",
+      messages: [{ role: "user", content: "Rename x to y." }],
+      prediction: { type: "content", content: "const x = 1;" },
+    });
+    const body = generations("claude")[0]!.body as { messages: unknown; prediction?: unknown };
+    expect(body).not.toHaveProperty("prediction");
+    expect(JSON.stringify(body.messages)).toContain("const x = 1;");
+  });
+
+  it("fails over from an overloaded (529) Anthropic endpoint to the OpenAI-compatible one before the first token", async () => {
+    await gw.sim.backend("claude").configure({ fault: { type: "status", status: 529 } });
+    const stream = await gw.openai().chat.completions.create({
+      model: "assistant",
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 3,
+      stream: true,
+    });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    expect(text).toBe("sim0 sim1 sim2 ");
+    expect(generations("claude").map((r) => r.status)).toEqual([529]);
+    expect(generations("gpt")).toHaveLength(1);
+    expect(generations("gpt")[0]!.authorization).toBe(`Bearer ${OPENAI_SECRET}`);
+    // A backend that said it is full gets nothing from this isolate for a second: let that pass.
+    await sleep(1_100);
+  });
+
+  it("sends what the Messages API cannot take to the pool's other endpoint, and refuses it with 400 where it is the only one", async () => {
+    const served = await gw.openai().chat.completions.create({
+      model: "assistant",
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 2,
+      logprobs: true,
+    });
+    expect(served.choices[0]!.message.content).toBe("sim0 sim1 ");
+    expect(generations("claude")).toHaveLength(0);
+    expect(generations("gpt")).toHaveLength(1);
+
+    const refused = await gw
+      .openai()
+      .chat.completions.create({ model: "claude", messages: [{ role: "user", content: "Hello" }], logprobs: true })
+      .catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    const error = refused as InstanceType<typeof OpenAI.APIError>;
+    expect(error.headers?.get("content-type")).toBe("application/problem+json");
+    expect(error.message).toContain("cannot take logprobs");
+    expect(generations("claude")).toHaveLength(0);
+  });
+
+  it("ends a Messages API stream that broke mid-way with one explicit error event, never a silent truncation", async () => {
+    await gw.sim.backend("claude").configure({ fault: { type: "malformedSse", afterTokens: 2 } });
+    const raw = await fetch(`${gw.edge.baseURL}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
+      body: JSON.stringify({ model: "claude", messages: [{ role: "user", content: "Hi" }], max_tokens: 5, stream: true }),
+    });
+    expect(raw.status).toBe(200);
+    const text = await raw.text();
+    expect(text).toContain('"content":"sim1 "');
+    const errors = text.split("\n\n").filter((event) => event.startsWith("event: error\n"));
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toContain("upstream_failure");
+    expect(text).not.toContain("data: [DONE]");
+  });
+
+  it("cancels the Messages API request when the SDK aborts the stream", async () => {
+    await gw.sim.backend("claude").configure({ tokensPerSecond: 5 });
+    const controller = new AbortController();
+    const stream = await gw
+      .openai()
+      .chat.completions.create(
+        { model: "claude", messages: [{ role: "user", content: "long" }], max_tokens: 100, stream: true },
+        { signal: controller.signal },
+      );
+    for await (const _ of stream) {
+      controller.abort();
+      break;
+    }
+    const record = await until("the upstream abort", () => generations("claude").find((r) => r.outcome === "aborted"));
+    expect(record.abortedAt).toBeDefined();
+  });
+
+  it("probes the Anthropic endpoint's health at its models list, with its key", async () => {
+    const probe = await until("a health probe", () =>
+      gw.sim
+        .backend("claude")
+        .records()
+        .find((r) => r.method === "GET"),
+    );
+    expect(probe.path).toBe("/v1/models");
+    expect(probe.status).toBe(200);
+    expect(probe.headers["x-api-key"]).toBe(ANTHROPIC_SECRET);
+    expect(probe.headers["anthropic-version"]).toBe("2023-06-01");
+  });
+});
