@@ -20,7 +20,7 @@ const USAGE = `Usage: tsx gpu-backends/simulator/main.ts [--config file.json] [o
 Without --config, one backend from flags:
   --id <id>                  default "sim"
   --port <n>                 default ephemeral
-  --kind vllm|openai         default vllm
+  --kind <kind>              vllm, openai or anthropic; default vllm
   --model <name>             repeatable; default sim-model
   --ttft-ms <ms>             default 20
   --tokens-per-second <n>    default 200

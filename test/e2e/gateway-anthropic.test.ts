@@ -1,6 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { LONDON, VIRGINIA, sleep, startGateway, until, type GatewayFixture } from "../support/gateway.js";
+import { scanDirectoryFor } from "../support/storage-scan.js";
 
 const ANTHROPIC_SECRET = "sk-ant-pool-secret";
 const OPENAI_SECRET = "sk-openai-pool-secret";
@@ -119,7 +120,10 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     });
     expect(completion.object).toBe("chat.completion");
     expect(completion.model).toBe("claude");
-    expect(completion.choices[0]!.message).toMatchObject({ role: "assistant", content: expect.stringMatching(/^sim0 /) });
+    expect(completion.choices[0]!.message).toMatchObject({
+      role: "assistant",
+      content: expect.stringMatching(/^sim0 /),
+    });
     expect(completion.choices[0]!.finish_reason).toBe("stop");
     expect(completion.usage).toMatchObject({ prompt_tokens: 2, completion_tokens: 16, total_tokens: 18 });
     expect((generations("claude")[0]!.body as { max_tokens: number }).max_tokens).toBe(4096);
@@ -181,7 +185,12 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     const raw = await fetch(`${gw.edge.baseURL}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-      body: JSON.stringify({ model: "claude", messages: [{ role: "user", content: "Hi" }], max_tokens: 5, stream: true }),
+      body: JSON.stringify({
+        model: "claude",
+        messages: [{ role: "user", content: "Hi" }],
+        max_tokens: 5,
+        stream: true,
+      }),
     });
     expect(raw.status).toBe(200);
     const text = await raw.text();
@@ -207,6 +216,24 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     }
     const record = await until("the upstream abort", () => generations("claude").find((r) => r.outcome === "aborted"));
     expect(record.abortedAt).toBeDefined();
+  });
+
+  it("keeps no prompt, completion or Anthropic key in storage or logs", async () => {
+    const code = "function settleAnthropicLedgerAcrossShards(ledger) { return ledger.entries; }";
+    const stream = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [
+        { role: "system", content: code },
+        { role: "user", content: `Explain:\n${code}` },
+      ],
+      max_tokens: 4,
+      stream: true,
+    });
+    for await (const _ of stream) void _;
+    await sleep(500);
+    const needles = ["settleAnthropicLedgerAcrossShards", ANTHROPIC_SECRET, gw.apiKey];
+    expect(scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
+    for (const needle of needles) expect(gw.edge.output()).not.toContain(needle);
   });
 
   it("probes the Anthropic endpoint's health at its models list, with its key", async () => {
