@@ -248,6 +248,8 @@ const MessagesBody = z.looseObject({
   system: Blocks.optional(),
   max_tokens: z.number().int().min(1),
   stream: z.boolean().optional(),
+  tools: z.array(z.looseObject({ name: z.string(), input_schema: z.looseObject({}) })).optional(),
+  tool_choice: z.looseObject({ type: z.enum(["auto", "any", "tool", "none"]), name: z.string().optional() }).optional(),
 });
 
 const EmbeddingBody = z.looseObject({
@@ -264,6 +266,8 @@ interface Generation {
   maxTokens: number | null;
   stream: boolean;
   includeUsage: boolean;
+  /** Anthropic only: the tool the request made it call; its answer is that call, `{"text": <the tokens>}`. */
+  tool?: string;
 }
 
 /** How one endpoint shapes its objects: the generation loop is shared. */
@@ -634,6 +638,7 @@ class Backend implements SimulatedBackend {
     const event = (data: object) => `data: ${JSON.stringify(g.includeUsage ? { ...data, usage: null } : data)}\n\n`;
     const anthropic = g.format.anthropic === true;
     const message = { id: head.id, type: "message", role: "assistant", model: g.model };
+    const toolUse = g.tool ? { type: "tool_use", id: `toolu_sim_${head.id.slice(8)}`, name: g.tool } : undefined;
     let emitted = 0;
     let text = "";
 
@@ -648,13 +653,17 @@ class Backend implements SimulatedBackend {
     };
     const done = () => {
       if (anthropic) {
-        const stop = { stop_reason: STOP_REASONS[finish], stop_sequence: null };
+        const stop = { stop_reason: toolUse ? "tool_use" : STOP_REASONS[finish], stop_sequence: null };
         if (!g.stream) {
           record.firstTokenAt = now();
-          const content = [{ type: "text", text }];
+          const content = [toolUse ? { ...toolUse, input: { text } } : { type: "text", text }];
           const used = { input_tokens: g.promptTokens, output_tokens: tokens };
           return this.json(exchange, 200, { ...message, content, ...stop, usage: used });
         }
+        if (toolUse)
+          res.write(
+            typed("content_block_delta", { index: 0, delta: { type: "input_json_delta", partial_json: '"}' } }),
+          );
         res.write(typed("content_block_stop", { index: 0 }));
         res.write(typed("message_delta", { delta: stop, usage: { output_tokens: tokens } }));
         return this.end(exchange, "completed", typed("message_stop", {}));
@@ -686,7 +695,12 @@ class Backend implements SimulatedBackend {
         if (g.stream) {
           res.write(
             anthropic
-              ? typed("content_block_delta", { index: 0, delta: { type: "text_delta", text: piece } })
+              ? typed("content_block_delta", {
+                  index: 0,
+                  delta: toolUse
+                    ? { type: "input_json_delta", partial_json: (emitted === 0 ? '{"text":"' : "") + piece }
+                    : { type: "text_delta", text: piece },
+                })
               : event({ ...head, choices: [g.format.token(piece, emitted === 0)] }),
           );
           if (emitted === 0) record.firstTokenAt = now();
@@ -708,7 +722,8 @@ class Backend implements SimulatedBackend {
         const usage = { input_tokens: g.promptTokens, output_tokens: 1 };
         const started = { ...message, content: [], stop_reason: null, stop_sequence: null, usage };
         res.write(typed("message_start", { message: started }));
-        res.write(typed("content_block_start", { index: 0, content_block: { type: "text", text: "" } }));
+        const block = toolUse ? { ...toolUse, input: {} } : { type: "text", text: "" };
+        res.write(typed("content_block_start", { index: 0, content_block: block }));
         res.write(typed("ping", {}));
       } else res.flushHeaders();
       record.headersAt = now();
@@ -792,7 +807,11 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
     if (!r.success) return firstIssue(r.error);
     const chars = (blocks: z.infer<typeof Blocks> | undefined) =>
       typeof blocks === "string" ? blocks.length : (blocks ?? []).reduce((sum, b) => sum + (b.text?.length ?? 0), 0);
+    // It calls a tool only when made to: a simulator does not decide.
+    const choice = r.data.tool_choice;
+    const tool = choice?.type === "tool" ? choice.name : choice?.type === "any" ? r.data.tools?.[0]?.name : undefined;
     return {
+      ...(tool ? { tool } : {}),
       format: MESSAGES,
       model: r.data.model,
       promptTokens: promptTokens(chars(r.data.system) + r.data.messages.reduce((sum, m) => sum + chars(m.content), 0)),

@@ -129,6 +129,73 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     expect((generations("claude")[0]!.body as { max_tokens: number }).max_tokens).toBe(4096);
   });
 
+  it("carries tools across both ways: the SDK gets the call streamed as tool call deltas, and whole", async () => {
+    const tools: OpenAI.ChatCompletionTool[] = [
+      {
+        type: "function",
+        function: { name: "lookup", description: "Looks a symbol up", parameters: { type: "object", properties: {} } },
+      },
+    ];
+    const stream = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [{ role: "user", content: "Where is parseConfig defined?" }],
+      tools,
+      tool_choice: "required",
+      max_tokens: 3,
+      stream: true,
+    });
+    const call = { id: "", name: "", arguments: "" };
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      for (const delta of chunk.choices[0]?.delta.tool_calls ?? []) {
+        expect(delta.index).toBe(0);
+        call.id += delta.id ?? "";
+        call.name += delta.function?.name ?? "";
+        call.arguments += delta.function?.arguments ?? "";
+      }
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(call).toEqual({
+      id: expect.stringMatching(/^toolu_sim_/),
+      name: "lookup",
+      arguments: '{"text":"sim0 sim1 sim2 "}',
+    });
+    expect(finish).toBe("tool_calls");
+    const body = generations("claude")[0]!.body as Record<string, unknown>;
+    expect(body.tools).toEqual([
+      { name: "lookup", description: "Looks a symbol up", input_schema: { type: "object", properties: {} } },
+    ]);
+    expect(body.tool_choice).toEqual({ type: "any" });
+
+    const whole = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [
+        { role: "user", content: "Where is parseConfig defined?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: call.id, type: "function", function: { name: "lookup", arguments: call.arguments } }],
+        },
+        { role: "tool", tool_call_id: call.id, content: "src/config.ts:12" },
+      ],
+      tools,
+      tool_choice: { type: "function", function: { name: "lookup" } },
+      max_tokens: 2,
+    });
+    expect(whole.choices[0]!.finish_reason).toBe("tool_calls");
+    const [made] = whole.choices[0]!.message.tool_calls!;
+    expect(made!.type === "function" && JSON.parse(made!.function.arguments)).toEqual({ text: "sim0 sim1 " });
+    const second = generations("claude")[1]!.body as { messages: unknown };
+    expect(second.messages).toEqual([
+      { role: "user", content: [{ type: "text", text: "Where is parseConfig defined?" }] },
+      {
+        role: "assistant",
+        content: [{ type: "tool_use", id: call.id, name: "lookup", input: { text: "sim0 sim1 sim2 " } }],
+      },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "src/config.ts:12" }] },
+    ]);
+  });
+
   it("folds apply's prediction into the conversation for the Messages API", async () => {
     await gw.openai().chat.completions.create({
       model: "apply-claude",

@@ -295,6 +295,32 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
     expect(types.filter((t) => t === "content_block_delta")).toHaveLength(4);
   });
 
+  it("calls the tool it is made to call, streaming its input as JSON deltas the SDK assembles", async () => {
+    const tools = [
+      { name: "lookup", description: "Looks up", input_schema: { type: "object" as const, properties: {} } },
+    ];
+    const stream = claude().messages.stream({ ...ask, max_tokens: 3, tools, tool_choice: { type: "any" } });
+    const message = await stream.finalMessage();
+    expect(message.stop_reason).toBe("tool_use");
+    expect(message.content).toEqual([
+      {
+        type: "tool_use",
+        id: expect.stringMatching(/^toolu_sim_/),
+        name: "lookup",
+        input: { text: "sim0 sim1 sim2 " },
+      },
+    ]);
+    const whole = await claude().messages.create({
+      ...ask,
+      max_tokens: 2,
+      tools,
+      tool_choice: { type: "tool", name: "lookup" },
+    });
+    expect(whole.content).toMatchObject([{ type: "tool_use", name: "lookup", input: { text: "sim0 sim1 " } }]);
+    const free = await claude().messages.create({ ...ask, max_tokens: 2, tools });
+    expect(free.content).toEqual([{ type: "text", text: "sim0 sim1 " }]);
+  });
+
   it("lists its models in Anthropic's shape", async () => {
     const models = await claude().models.list();
     expect(models.data.map((m) => m.id)).toEqual(["sim-claude"]);

@@ -297,7 +297,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
 
   // Endpoints that cannot take this request at all (Anthropic's API has no logprobs, audio, …)
   // are passed over as if already tried; when that leaves none, the request is what is wrong.
-  const unable = pool.endpoints.filter((e) => e.kind === "anthropic");
+  const unable = req.surface === "chat" ? pool.endpoints.filter((e) => e.kind === "anthropic") : [];
   const cannot = unable.length > 0 ? anthropicCannotServe(req.body) : undefined;
   if (cannot) {
     if (unable.length === pool.endpoints.length) {
