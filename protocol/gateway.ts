@@ -55,8 +55,19 @@ export const Endpoint = z
     secret: z.string().regex(ENV_NAME, "an environment variable name such as POOL_TAB_KEY").optional(),
     /** Health URL; defaults to `/health` at the server root for vLLM and SGLang, `<url>/models` for the others. */
     health: z.url({ protocol: /^https?$/ }).optional(),
+    /**
+     * Anthropic only: mark each request's system prompt and conversation for Anthropic's prompt
+     * cache, so that the next turn of a chat reads them from it (cache writes cost a little more
+     * than plain input, reads a tenth of it). On unless set to false. OpenAI-compatible servers
+     * cache on their own.
+     */
+    promptCaching: z.boolean().optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((endpoint, ctx) => {
+    if (endpoint.kind !== "anthropic" && endpoint.promptCaching !== undefined)
+      ctx.addIssue({ code: "custom", path: ["promptCaching"], message: "only Anthropic endpoints take promptCaching" });
+  });
 export type Endpoint = z.infer<typeof Endpoint>;
 
 /**

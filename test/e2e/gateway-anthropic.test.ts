@@ -45,7 +45,12 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
           pools: {
             claude: { role: "chat", models: ["claude"], endpoints: [claude] },
             assistant: { role: "chat", models: ["assistant"], endpoints: [claude, gpt] },
-            "apply-claude": { role: "apply", models: ["apply-claude"], endpoints: [claude] },
+            // The same backend without prompt caching.
+            "apply-claude": {
+              role: "apply",
+              models: ["apply-claude"],
+              endpoints: [{ ...claude, id: "claude-uncached", promptCaching: false }],
+            },
           },
           health: { probeIntervalMs: 500, snapshotMaxAgeMs: 200 },
         };
@@ -97,6 +102,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
       prompt_tokens: Math.ceil("Answer in French.Say something.".length / 4),
       completion_tokens: 8,
       total_tokens: Math.ceil("Answer in French.Say something.".length / 4) + 8,
+      prompt_tokens_details: { cached_tokens: 0 },
     });
     const [record] = generations("claude");
     expect(record!.path).toBe("/v1/messages");
@@ -104,10 +110,12 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     expect(record!.headers["anthropic-version"]).toBe("2023-06-01");
     expect(record!.authorization).toBeNull();
     expect(JSON.stringify(record!.headers)).not.toContain(gw.apiKey);
+    // Prompt caching is on by default: the ends of the system prompt and of the conversation are marked.
+    const ephemeral = { type: "ephemeral" };
     expect(record!.body).toEqual({
       model: "sim-claude",
-      system: [{ type: "text", text: "Answer in French." }],
-      messages: [{ role: "user", content: [{ type: "text", text: "Say something." }] }],
+      system: [{ type: "text", text: "Answer in French.", cache_control: ephemeral }],
+      messages: [{ role: "user", content: [{ type: "text", text: "Say something.", cache_control: ephemeral }] }],
       max_tokens: 8,
       stream: true,
     });
@@ -192,7 +200,17 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
         role: "assistant",
         content: [{ type: "tool_use", id: call.id, name: "lookup", input: { text: "sim0 sim1 sim2 " } }],
       },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "src/config.ts:12" }] },
+      {
+        role: "user",
+        content: [
+          {
+            type: "tool_result",
+            tool_use_id: call.id,
+            content: "src/config.ts:12",
+            cache_control: { type: "ephemeral" },
+          },
+        ],
+      },
     ]);
   });
 
@@ -205,6 +223,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     const body = generations("claude")[0]!.body as { messages: unknown; prediction?: unknown };
     expect(body).not.toHaveProperty("prediction");
     expect(JSON.stringify(body.messages)).toContain("const x = 1;");
+    expect(JSON.stringify(body)).not.toContain("cache_control");
   });
 
   it("fails over from an overloaded (529) Anthropic endpoint to the OpenAI-compatible one before the first token", async () => {

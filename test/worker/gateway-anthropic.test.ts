@@ -51,6 +51,44 @@ describe("chat requests as Messages API requests", () => {
     });
   });
 
+  it("marks the end of the system prompt and of the conversation for the prompt cache when asked", () => {
+    const body = {
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "system", content: "Use TypeScript." },
+        user("Hello"),
+        { role: "assistant", content: "Hi." },
+        user([
+          { type: "text", text: "Explain" },
+          { type: "text", text: "this" },
+        ]),
+      ],
+    };
+    const cached = toAnthropicRequest(body, "m", false, true);
+    const ephemeral = { type: "ephemeral" };
+    expect(cached.system).toEqual([
+      { type: "text", text: "Be brief." },
+      { type: "text", text: "Use TypeScript.", cache_control: ephemeral },
+    ]);
+    expect(cached.messages).toEqual([
+      { role: "user", content: [{ type: "text", text: "Hello" }] },
+      { role: "assistant", content: [{ type: "text", text: "Hi." }] },
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "Explain" },
+          { type: "text", text: "this", cache_control: ephemeral },
+        ],
+      },
+    ]);
+    expect(JSON.stringify(toAnthropicRequest(body, "m", false, false))).not.toContain("cache_control");
+    expect(toAnthropicRequest({ messages: [user("x")] }, "m", false, true)).toEqual({
+      model: "m",
+      messages: [{ role: "user", content: [{ type: "text", text: "x", cache_control: ephemeral }] }],
+      max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
+    });
+  });
+
   it("maps limits, sampling, stops and the user, clamping the temperature to the API's range", () => {
     const out = toAnthropicRequest(
       {
@@ -219,7 +257,12 @@ describe("Messages API answers as chat completions", () => {
           finish_reason: "tool_calls",
         },
       ],
-      usage: { prompt_tokens: 105, completion_tokens: 7, total_tokens: 112 },
+      usage: {
+        prompt_tokens: 105,
+        completion_tokens: 7,
+        total_tokens: 112,
+        prompt_tokens_details: { cached_tokens: 90 },
+      },
     });
   });
 
@@ -369,6 +412,14 @@ describe("configuration", () => {
     kind,
     capacity: 10,
   });
+  it("takes promptCaching on Anthropic endpoints only", () => {
+    const pool = (e: object) => ({ pools: { p: { role: "chat", models: ["m"], endpoints: [e] } } });
+    expect(GatewayConfig.safeParse(pool({ ...endpoint("anthropic"), promptCaching: false })).success).toBe(true);
+    const parsed = GatewayConfig.safeParse(pool({ ...endpoint("openai"), promptCaching: true }));
+    expect(parsed.success).toBe(false);
+    expect(parsed.error!.issues[0]!.message).toMatch(/only Anthropic endpoints take promptCaching/);
+  });
+
   it("takes Anthropic endpoints in chat and apply pools only", () => {
     for (const role of ["chat", "apply"])
       expect(

@@ -109,13 +109,20 @@ function toolChoice(choice: unknown, parallel: unknown): Json | undefined {
   return out;
 }
 
+const EPHEMERAL = { type: "ephemeral" };
+
 /**
  * The Messages API request for an OpenAI chat completion request (one `anthropicCannotServe`
  * passed). System and developer messages become `system`; tool results become user turns; turns of
  * the same role in a row are merged, as the API expects them to alternate. The temperature is
  * clamped to the API's range of 0 to 1.
+ *
+ * With `cache`, the end of the system prompt and the end of the conversation are marked for
+ * Anthropic's prompt cache (OpenAI caches prompt prefixes by itself; Anthropic only where asked):
+ * the next turn of the same chat, which repeats all of it, reads the prefix from the cache. Prompts
+ * shorter than the model's minimum are not cached, and cost nothing more.
  */
-export function toAnthropicRequest(body: Json, model: string, stream: boolean): Json {
+export function toAnthropicRequest(body: Json, model: string, stream: boolean, cache = false): Json {
   const system: Json[] = [];
   const messages: { role: "user" | "assistant"; content: Json[] }[] = [];
   const turn = (role: "user" | "assistant", content: Json[]) => {
@@ -133,6 +140,10 @@ export function toAnthropicRequest(body: Json, model: string, stream: boolean): 
       turn("user", [
         { type: "tool_result", tool_use_id: String(message.tool_call_id ?? ""), content: textOf(message.content) },
       ]);
+  }
+  if (cache) {
+    const last = (blocks: Json[] | undefined) => blocks?.at(-1);
+    for (const block of [last(system), last(messages.at(-1)?.content)]) if (block) block.cache_control = EPHEMERAL;
   }
   const limit = body.max_completion_tokens ?? body.max_tokens;
   const out: Json = {
@@ -175,8 +186,14 @@ const count = (value: unknown) => (typeof value === "number" ? value : 0);
 const promptTokens = (usage: Json) =>
   count(usage.input_tokens) + count(usage.cache_creation_input_tokens) + count(usage.cache_read_input_tokens);
 
-function openAiUsage(prompt: number, completion: number): Json {
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+/** OpenAI's usage object; tokens read from the prompt cache are its `cached_tokens`. */
+function openAiUsage(prompt: number, completion: number, cached: number): Json {
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached },
+  };
 }
 
 /** A whole Messages API answer as an OpenAI chat completion. */
@@ -209,7 +226,7 @@ export function fromAnthropicMessage(message: Json): Json {
         finish_reason: finishReason(message.stop_reason),
       },
     ],
-    usage: openAiUsage(promptTokens(usage), count(usage.output_tokens)),
+    usage: openAiUsage(promptTokens(usage), count(usage.output_tokens), count(usage.cache_read_input_tokens)),
   };
 }
 
@@ -232,6 +249,7 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
   const created = Math.floor(Date.now() / 1000);
   let prompt = 0;
   let completion = 0;
+  let cached = 0;
   let spoke = false;
   /** Content block index → tool call index, for the blocks that are tool calls. */
   const tools = new Map<number, number>();
@@ -266,6 +284,7 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
         model = String(message.model ?? "");
         const usage = isObject(message.usage) ? message.usage : {};
         prompt = promptTokens(usage);
+        cached = count(usage.cache_read_input_tokens);
         completion = count(usage.output_tokens);
         return none;
       }
@@ -297,7 +316,10 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
         const usage = isObject(value.usage) ? value.usage : {};
         // Counts here are cumulative; a later API version also repeats the prompt's.
         if (typeof usage.output_tokens === "number") completion = usage.output_tokens;
-        if (typeof usage.input_tokens === "number") prompt = promptTokens(usage);
+        if (typeof usage.input_tokens === "number") {
+          prompt = promptTokens(usage);
+          cached = count(usage.cache_read_input_tokens);
+        }
         const stop = isObject(value.delta) ? finishReason(value.delta.stop_reason) : null;
         return stop ? { events: [chunk({}, stop)], done: false } : none;
       }
@@ -310,7 +332,7 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
               created,
               model,
               choices: [],
-              usage: openAiUsage(prompt, completion),
+              usage: openAiUsage(prompt, completion, cached),
             }),
           ],
           done: true,

@@ -106,7 +106,7 @@ function upstreamBody(req: ProxyRequest, endpoint: ResolvedEndpoint): Record<str
   const model = endpoint.model ?? req.publicModel;
   if (endpoint.kind === "anthropic") {
     const body = "prediction" in req.body ? foldPrediction(req.body) : req.body;
-    return toAnthropicRequest(body, model, req.stream);
+    return toAnthropicRequest(body, model, req.stream, endpoint.promptCaching ?? true);
   }
   let body: Record<string, unknown> = { ...req.body, model };
   if (endpoint.kind !== "openai") {
