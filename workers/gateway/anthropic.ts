@@ -109,8 +109,6 @@ function toolChoice(choice: unknown, parallel: unknown): Json | undefined {
   return out;
 }
 
-const EPHEMERAL = { type: "ephemeral" };
-
 /**
  * The Messages API request for an OpenAI chat completion request (one `anthropicCannotServe`
  * passed). System and developer messages become `system`; tool results become user turns; turns of
@@ -143,7 +141,8 @@ export function toAnthropicRequest(body: Json, model: string, stream: boolean, c
   }
   if (cache) {
     const last = (blocks: Json[] | undefined) => blocks?.at(-1);
-    for (const block of [last(system), last(messages.at(-1)?.content)]) if (block) block.cache_control = EPHEMERAL;
+    for (const block of [last(system), last(messages.at(-1)?.content)])
+      if (block) block.cache_control = { type: "ephemeral" };
   }
   const limit = body.max_completion_tokens ?? body.max_tokens;
   const out: Json = {
