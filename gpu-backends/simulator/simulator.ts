@@ -37,6 +37,18 @@ export const Fault = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("hangMidStream"), afterTokens: z.number().int().min(0), rate }),
   /** Streams `afterTokens` tokens, then an event of broken JSON, waits a second and ends without `[DONE]`. */
   z.strictObject({ type: z.literal("malformedSse"), afterTokens: z.number().int().min(0), rate }),
+  /**
+   * Streams `afterTokens` tokens, then an error event in the server's own form (`data: {"error": …}`,
+   * or Anthropic's `event: error`), and ends without `[DONE]`; `overloaded` makes it the server's
+   * overload error (503, or Anthropic's `overloaded_error`) instead of an internal one. A whole
+   * response answers that status instead.
+   */
+  z.strictObject({
+    type: z.literal("errorEvent"),
+    afterTokens: z.number().int().min(0),
+    overloaded: z.boolean().optional(),
+    rate,
+  }),
   /** Every token, the first included, comes `intervalMs` after the one before. */
   z.strictObject({ type: z.literal("slowDrip"), intervalMs: z.number().positive(), rate }),
   /** `GET /health` answers 503; requests are still served. */
@@ -555,6 +567,10 @@ class Backend implements SimulatedBackend {
       return this.fail(exchange, fault.status, `Simulated fault: the backend answered ${fault.status}.`, "fault");
     }
     const stream = "stream" in parsed && parsed.stream;
+    if (fault?.type === "errorEvent" && !stream) {
+      const status = fault.overloaded ? (anthropic ? 529 : 503) : 500;
+      return this.fail(exchange, status, `Simulated fault: the backend answered ${status}.`, "fault");
+    }
     if (fault?.type === "hangBeforeHeaders" || (fault?.type === "hangMidStream" && !stream)) return;
     if ("inputs" in parsed) return this.embed(exchange, parsed, fault?.type === "malformedSse");
     this.generate(exchange, parsed, fault);
@@ -623,6 +639,7 @@ class Backend implements SimulatedBackend {
     const drip = fault?.type === "slowDrip" ? fault.intervalMs : undefined;
     const stallAt = g.stream && fault?.type === "hangMidStream" ? Math.min(fault.afterTokens, tokens) : -1;
     const breakAt = fault?.type !== "malformedSse" ? -1 : g.stream ? Math.min(fault.afterTokens, tokens) : tokens;
+    const errorAt = g.stream && fault?.type === "errorEvent" ? Math.min(fault.afterTokens, tokens) : -1;
     const head = {
       id: g.format.idPrefix + randomUUID().replaceAll("-", ""),
       object: g.stream ? g.format.chunkObject : g.format.object,
@@ -650,6 +667,19 @@ class Backend implements SimulatedBackend {
           : 'data: {"choices": [\n\n',
       );
       exchange.timer = setTimeout(() => this.end(exchange, "fault"), 1000);
+    };
+    /** The server's own error event in the stream, then the end without `[DONE]`. */
+    const failed = () => {
+      const overloaded = fault?.type === "errorEvent" && fault.overloaded === true;
+      const message = overloaded ? "Overloaded (simulated)" : "Internal error (simulated)";
+      const status = overloaded ? 503 : 500;
+      this.end(
+        exchange,
+        "fault",
+        anthropic
+          ? typed("error", { error: { type: overloaded ? "overloaded_error" : "api_error", message } })
+          : `data: ${JSON.stringify(errorBody(status, message))}\n\n`,
+      );
     };
     const done = () => {
       if (anthropic) {
@@ -679,7 +709,8 @@ class Backend implements SimulatedBackend {
     /** After `emitted` tokens: stalls, breaks or finishes (true), or goes on (false). */
     const next = (): boolean => {
       if (emitted === stallAt) return true;
-      if (emitted === breakAt) broken();
+      if (emitted === errorAt) failed();
+      else if (emitted === breakAt) broken();
       else if (emitted === tokens) done();
       else return false;
       return true;
@@ -729,7 +760,7 @@ class Backend implements SimulatedBackend {
       record.headersAt = now();
       record.status = 200;
     }
-    if (tokens > 0 && (emitted === stallAt || emitted === breakAt)) return void next();
+    if (tokens > 0 && (emitted === stallAt || emitted === breakAt || emitted === errorAt)) return void next();
     due += gap();
     exchange.timer = setTimeout(tokens === 0 ? () => next() : tick, Math.max(1, Math.round(due - now())));
   }

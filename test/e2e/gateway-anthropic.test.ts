@@ -287,6 +287,55 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     expect(text).not.toContain("data: [DONE]");
   });
 
+  it("counts an overloaded error event as full, not broken: three in a row do not eject the endpoint", async () => {
+    const claude = gw.sim.backend("claude");
+    await claude.configure({ fault: { type: "errorEvent", afterTokens: 0, overloaded: true } });
+    const ask = () =>
+      gw.openai().chat.completions.create({
+        model: "assistant",
+        messages: [{ role: "user", content: "Hello" }],
+        max_tokens: 2,
+      });
+    for (let i = 0; i < 3; i++) {
+      // Each one fails over to the OpenAI-compatible endpoint, after Anthropic's stream said it is overloaded.
+      const stream = await gw.openai().chat.completions.create({
+        model: "assistant",
+        messages: [{ role: "user", content: "Hello" }],
+        max_tokens: 2,
+        stream: true,
+      });
+      let text = "";
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+      expect(text).toBe("sim0 sim1 ");
+      // A full backend is passed over for a second; after it, the next request tries it again.
+      await sleep(1_100);
+    }
+    expect(generations("claude").map((r) => r.fault)).toEqual(["errorEvent", "errorEvent", "errorEvent"]);
+    await claude.configure({ fault: { type: "none" } });
+    claude.clear();
+    // Three failures in a row would have ejected it for 10 s; overloaded, it is back at once.
+    await ask();
+    expect(generations("claude")).toHaveLength(1);
+  });
+
+  it("ends a Messages API stream with the edge's error event when Anthropic reports an error after the first token", async () => {
+    await gw.sim.backend("claude").configure({ fault: { type: "errorEvent", afterTokens: 2, overloaded: true } });
+    const stream = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 5,
+      stream: true,
+    });
+    let text = "";
+    const error = await (async () => {
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    })().catch((err: unknown) => err);
+    expect(text).toBe("sim0 sim1 ");
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect(String(error)).toContain("Overloaded (simulated)");
+    await sleep(1_100);
+  });
+
   it("cancels the Messages API request when the SDK aborts the stream", async () => {
     await gw.sim.backend("claude").configure({ tokensPerSecond: 5 });
     const controller = new AbortController();

@@ -357,6 +357,26 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
     }
   });
 
+  it("sends Anthropic's error event mid-stream, which the SDK raises, and 529 for a whole overloaded answer", async () => {
+    const backend = sim.backend("claude");
+    await backend.configure({ fault: { type: "errorEvent", afterTokens: 2, overloaded: true } });
+    try {
+      const stream = await claude().messages.create({ ...ask, stream: true });
+      const seen: string[] = [];
+      const error = await (async () => {
+        for await (const event of stream) seen.push(event.type);
+      })().catch((err: unknown) => err);
+      expect(seen.filter((t) => t === "content_block_delta")).toHaveLength(2);
+      expect(String(error)).toMatch(/overloaded_error|Overloaded \(simulated\)/);
+      const whole = await claude()
+        .messages.create(ask)
+        .catch((e: unknown) => e);
+      expect((whole as InstanceType<typeof Anthropic.APIError>).status).toBe(529);
+    } finally {
+      await backend.configure({ fault: { type: "none" } });
+    }
+  });
+
   it("breaks a stream with invalid JSON, which the SDK's iteration throws", async () => {
     const backend = sim.backend("claude");
     await backend.configure({ fault: { type: "malformedSse", afterTokens: 2 } });
@@ -460,6 +480,23 @@ describe("faults", () => {
       })(),
     ).rejects.toThrow(/JSON/);
     expect(texts).toEqual(["sim0 ", "sim1 ", "sim2 "]);
+  });
+
+  it("ends a stream with the server's error event, which the SDK raises, or answers the status whole", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "errorEvent", afterTokens: 2, overloaded: true } });
+    const stream = await client("faulty").completions.create({ model: "sim-model", prompt: "a", stream: true });
+    const texts: string[] = [];
+    const error = await (async () => {
+      for await (const chunk of stream) texts.push(chunk.choices[0]?.text ?? "");
+    })().catch((err: unknown) => err);
+    expect(texts).toEqual(["sim0 ", "sim1 "]);
+    expect(error).toBeInstanceOf(APIError);
+    expect(String(error)).toContain("Overloaded (simulated)");
+    const [record] = sim.backend("faulty").records();
+    expect(record).toMatchObject({ outcome: "fault", fault: "errorEvent" });
+    await sim.backend("faulty").configure({ fault: { type: "errorEvent", afterTokens: 0 } });
+    const whole = await rejection(client("faulty").completions.create({ model: "sim-model", prompt: "a" }));
+    expect(whole).toBeInstanceOf(InternalServerError);
   });
 
   it("ends a malformed stream after about a second without [DONE]", async () => {

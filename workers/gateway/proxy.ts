@@ -201,7 +201,9 @@ async function attempt(
       const parsed = parseEvent(first.data);
       if ("value" in parsed) return { ok: true, kind: "stream", reader, first: parsed.value };
       reader.cancel();
-      return failure(`${endpoint.id} failed before its first token: ${parsed.error}`);
+      // An overloaded backend is full, not broken: it does not count towards ejection.
+      const full = parsed.overloaded ? { full: true, unhealthy: false } : {};
+      return failure(`${endpoint.id} failed before its first token: ${parsed.error}`, full);
     }
     reader.cancel();
     if (req.signal.aborted)
@@ -243,17 +245,37 @@ async function attempt(
   return failure(`${endpoint.id} answered with something that is not a JSON object`);
 }
 
-/** An event's JSON, or the error it carries (`{"error": …}`, or a malformed event). */
-function parseEvent(data: string): { value: Record<string, unknown> } | { error: string } {
+/** Error types and codes by which a backend says it is overloaded rather than broken. */
+const OVERLOADED = new Set<unknown>([
+  "overloaded_error",
+  "rate_limit_error",
+  "RateLimitError",
+  "ServiceUnavailableError",
+  429,
+  503,
+  529,
+]);
+
+/**
+ * An event's JSON, or the error it carries (`{"error": …}`, or a malformed event), and whether that
+ * error says the backend is overloaded (full, not broken).
+ */
+function parseEvent(data: string): { value: Record<string, unknown> } | { error: string; overloaded: boolean } {
   let value: unknown;
   try {
     value = JSON.parse(data);
   } catch {
-    return { error: "malformed event" };
+    return { error: "malformed event", overloaded: false };
   }
-  if (!value || typeof value !== "object" || Array.isArray(value)) return { error: "malformed event" };
-  const error = (value as { error?: { message?: string } | string }).error;
-  if (error) return { error: typeof error === "string" ? error : (error.message ?? "the backend reported an error") };
+  if (!value || typeof value !== "object" || Array.isArray(value))
+    return { error: "malformed event", overloaded: false };
+  const error = (value as { error?: { message?: string; type?: unknown; code?: unknown } | string }).error;
+  if (typeof error === "string") return { error, overloaded: false };
+  if (error)
+    return {
+      error: error.message ?? "the backend reported an error",
+      overloaded: OVERLOADED.has(error.type) || OVERLOADED.has(error.code),
+    };
   return { value: value as Record<string, unknown> };
 }
 
@@ -644,10 +666,14 @@ function relay(
     code: "upstream_failure" | "upstream_timeout",
     detail: string,
     emit: (text: string) => void,
+    overloaded = false,
   ): Promise<boolean> => {
     const failed = leg!;
-    const until = req.balancer.failed(failed.a.endpoint, Date.now(), peers(req));
-    if (until !== undefined) req.eject(failed.a.endpoint.id, until);
+    if (overloaded) req.balancer.full(failed.a.endpoint, Date.now());
+    else {
+      const until = req.balancer.failed(failed.a.endpoint, Date.now(), peers(req));
+      if (until !== undefined) req.eject(failed.a.endpoint.id, until);
+    }
     failed.outcome.reader.cancel();
     failed.a.controller.abort(new Error(detail));
     const next = await resume(state.text, state.events, failed.a);
@@ -684,10 +710,12 @@ function relay(
       const { a, outcome } = leg;
       let out = "";
       let problem: string | undefined;
+      let overloaded = false;
       while (item.type === "event") {
         const parsed = parseEvent(item.data);
         if ("error" in parsed) {
           problem = parsed.error;
+          overloaded = parsed.overloaded;
           break;
         }
         out += relayEvent(req, parsed.value, usage, state) ?? "";
@@ -720,7 +748,7 @@ function relay(
             : item.type === "end"
               ? ["upstream_failure", "The backend ended the stream early."]
               : ["upstream_failure", `${(item as { message: string }).message}.`];
-      if (!(await broke(code, detail, emit))) return false;
+      if (!(await broke(code, detail, emit, overloaded))) return false;
       if (emitted) return true;
     }
   };
