@@ -262,6 +262,9 @@ const MessagesBody = z.looseObject({
   stream: z.boolean().optional(),
   tools: z.array(z.looseObject({ name: z.string(), input_schema: z.looseObject({}) })).optional(),
   tool_choice: z.looseObject({ type: z.enum(["auto", "any", "tool", "none"]), name: z.string().optional() }).optional(),
+  thinking: z
+    .looseObject({ type: z.enum(["enabled", "disabled"]), budget_tokens: z.number().int().min(1024).optional() })
+    .optional(),
 });
 
 const EmbeddingBody = z.looseObject({
@@ -280,6 +283,8 @@ interface Generation {
   includeUsage: boolean;
   /** Anthropic only: the tool the request made it call; its answer is that call, `{"text": <the tokens>}`. */
   tool?: string;
+  /** Anthropic only: the request asked for extended thinking; a thinking block comes first. */
+  thinking?: boolean;
 }
 
 /** How one endpoint shapes its objects: the generation loop is shared. */
@@ -328,6 +333,9 @@ const MESSAGES: Format = { ...CHAT, anthropic: true, idPrefix: "msg_sim_" };
 const typed = (type: string, data: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
 
 const STOP_REASONS: Record<string, string> = { stop: "end_turn", length: "max_tokens" };
+
+/** The whole of a simulated thinking block. */
+const THOUGHT = "Thinking (simulated).";
 
 /** A deterministic unit vector from a hash of the text, already rounded to float32. */
 export function simulatedEmbedding(text: string, dims: number): number[] {
@@ -656,6 +664,8 @@ class Backend implements SimulatedBackend {
     const anthropic = g.format.anthropic === true;
     const message = { id: head.id, type: "message", role: "assistant", model: g.model };
     const toolUse = g.tool ? { type: "tool_use", id: `toolu_sim_${head.id.slice(8)}`, name: g.tool } : undefined;
+    /** The answer's content block: after the thinking block when there is one. */
+    const block = g.thinking ? 1 : 0;
     let emitted = 0;
     let text = "";
 
@@ -686,15 +696,18 @@ class Backend implements SimulatedBackend {
         const stop = { stop_reason: toolUse ? "tool_use" : STOP_REASONS[finish], stop_sequence: null };
         if (!g.stream) {
           record.firstTokenAt = now();
-          const content = [toolUse ? { ...toolUse, input: { text } } : { type: "text", text }];
+          const content = [
+            ...(g.thinking ? [{ type: "thinking", thinking: THOUGHT, signature: "sim" }] : []),
+            toolUse ? { ...toolUse, input: { text } } : { type: "text", text },
+          ];
           const used = { input_tokens: g.promptTokens, output_tokens: tokens };
           return this.json(exchange, 200, { ...message, content, ...stop, usage: used });
         }
         if (toolUse)
           res.write(
-            typed("content_block_delta", { index: 0, delta: { type: "input_json_delta", partial_json: '"}' } }),
+            typed("content_block_delta", { index: block, delta: { type: "input_json_delta", partial_json: '"}' } }),
           );
-        res.write(typed("content_block_stop", { index: 0 }));
+        res.write(typed("content_block_stop", { index: block }));
         res.write(typed("message_delta", { delta: stop, usage: { output_tokens: tokens } }));
         return this.end(exchange, "completed", typed("message_stop", {}));
       }
@@ -727,7 +740,7 @@ class Backend implements SimulatedBackend {
           res.write(
             anthropic
               ? typed("content_block_delta", {
-                  index: 0,
+                  index: block,
                   delta: toolUse
                     ? { type: "input_json_delta", partial_json: (emitted === 0 ? '{"text":"' : "") + piece }
                     : { type: "text_delta", text: piece },
@@ -753,8 +766,14 @@ class Backend implements SimulatedBackend {
         const usage = { input_tokens: g.promptTokens, output_tokens: 1 };
         const started = { ...message, content: [], stop_reason: null, stop_sequence: null, usage };
         res.write(typed("message_start", { message: started }));
-        const block = toolUse ? { ...toolUse, input: {} } : { type: "text", text: "" };
-        res.write(typed("content_block_start", { index: 0, content_block: block }));
+        if (g.thinking) {
+          res.write(typed("content_block_start", { index: 0, content_block: { type: "thinking", thinking: "" } }));
+          res.write(typed("content_block_delta", { index: 0, delta: { type: "thinking_delta", thinking: THOUGHT } }));
+          res.write(typed("content_block_delta", { index: 0, delta: { type: "signature_delta", signature: "sim" } }));
+          res.write(typed("content_block_stop", { index: 0 }));
+        }
+        const content = toolUse ? { ...toolUse, input: {} } : { type: "text", text: "" };
+        res.write(typed("content_block_start", { index: block, content_block: content }));
         res.write(typed("ping", {}));
       } else res.flushHeaders();
       record.headersAt = now();
@@ -841,8 +860,13 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
     // It calls a tool only when made to: a simulator does not decide.
     const choice = r.data.tool_choice;
     const tool = choice?.type === "tool" ? choice.name : choice?.type === "any" ? r.data.tools?.[0]?.name : undefined;
+    const thinking = r.data.thinking?.type === "enabled";
+    if (thinking && r.data.thinking!.budget_tokens === undefined) return "thinking.budget_tokens: Field required";
+    if (thinking && r.data.thinking!.budget_tokens! >= r.data.max_tokens)
+      return "max_tokens must be greater than thinking.budget_tokens";
     return {
       ...(tool ? { tool } : {}),
+      ...(thinking ? { thinking } : {}),
       format: MESSAGES,
       model: r.data.model,
       promptTokens: promptTokens(chars(r.data.system) + r.data.messages.reduce((sum, m) => sum + chars(m.content), 0)),

@@ -214,6 +214,29 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     ]);
   });
 
+  it("asks for extended thinking for a reasoning effort and streams it back as reasoning_content", async () => {
+    const stream = await gw.openai().chat.completions.create({
+      model: "claude",
+      messages: [{ role: "user", content: "Why?" }],
+      reasoning_effort: "low",
+      max_completion_tokens: 2000,
+      stream: true,
+    });
+    let reasoning = "";
+    let text = "";
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
+      reasoning += delta?.reasoning_content ?? "";
+      text += delta?.content ?? "";
+    }
+    expect(reasoning).toBe("Thinking (simulated).");
+    expect(text).toMatch(/^sim0 /);
+    expect(generations("claude")[0]!.body).toMatchObject({
+      max_tokens: 2000,
+      thinking: { type: "enabled", budget_tokens: 1024 },
+    });
+  });
+
   it("folds apply's prediction into the conversation for the Messages API", async () => {
     await gw.openai().chat.completions.create({
       model: "apply-claude",

@@ -321,6 +321,20 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
     expect(free.content).toEqual([{ type: "text", text: "sim0 sim1 " }]);
   });
 
+  it("thinks first when asked to, in a thinking block the SDK assembles with its signature", async () => {
+    const thinking = { type: "enabled" as const, budget_tokens: 1024 };
+    const message = await claude()
+      .messages.stream({ ...ask, max_tokens: 2000, thinking })
+      .finalMessage();
+    expect(message.content).toEqual([
+      { type: "thinking", thinking: "Thinking (simulated).", signature: "sim" },
+      { type: "text", text: "sim0 sim1 sim2 sim3 sim4 sim5 " },
+    ]);
+    await expect(claude().messages.create({ ...ask, max_tokens: 1024, thinking })).rejects.toBeInstanceOf(
+      Anthropic.BadRequestError,
+    );
+  });
+
   it("lists its models in Anthropic's shape", async () => {
     const models = await claude().models.list();
     expect(models.data.map((m) => m.id)).toEqual(["sim-claude"]);

@@ -115,6 +115,39 @@ describe("chat requests as Messages API requests", () => {
     });
   });
 
+  it("asks for extended thinking for a reasoning effort, within the client's limit, without sampling settings", () => {
+    const ask = (extra: object, messages: object[] = [user("x")]) =>
+      toAnthropicRequest({ messages, temperature: 0.2, top_p: 0.5, ...extra }, "m", true);
+    expect(ask({ reasoning_effort: "high", max_completion_tokens: 20_000 })).toMatchObject({
+      max_tokens: 20_000,
+      thinking: { type: "enabled", budget_tokens: 16_384 },
+    });
+    const low = ask({ reasoning_effort: "low" });
+    expect(low).toMatchObject({ max_tokens: 1024 + ANTHROPIC_DEFAULT_MAX_TOKENS, thinking: { budget_tokens: 1024 } });
+    expect(low).not.toHaveProperty("temperature");
+    expect(low).not.toHaveProperty("top_p");
+    expect(ask({ reasoning_effort: "medium", max_tokens: 2000 })).toMatchObject({
+      max_tokens: 2000,
+      thinking: { budget_tokens: 1999 },
+    });
+    // No thinking: too small a limit, no effort or the minimal one, a forced tool call, tool results to carry.
+    const none = [
+      ask({ reasoning_effort: "high", max_tokens: 1000 }),
+      ask({}),
+      ask({ reasoning_effort: "minimal" }),
+      ask({ reasoning_effort: "low", tools: [{ type: "function", function: { name: "f" } }], tool_choice: "required" }),
+      ask({ reasoning_effort: "low" }, [
+        user("x"),
+        { role: "assistant", tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] },
+        { role: "tool", tool_call_id: "c", content: "done" },
+      ]),
+    ];
+    for (const out of none) {
+      expect(out).not.toHaveProperty("thinking");
+      expect(out.temperature).toBe(0.2);
+    }
+  });
+
   it("turns image parts into base64 or URL image blocks", () => {
     const out = toAnthropicRequest(
       {
@@ -266,6 +299,23 @@ describe("Messages API answers as chat completions", () => {
     });
   });
 
+  it("returns thinking as reasoning_content", () => {
+    const out = fromAnthropicMessage({
+      content: [
+        { type: "thinking", thinking: "Let me see.", signature: "sig" },
+        { type: "text", text: "Yes." },
+      ],
+      stop_reason: "end_turn",
+      usage: {},
+    });
+    expect((out.choices as { message: unknown }[])[0]!.message).toEqual({
+      role: "assistant",
+      content: "Yes.",
+      reasoning_content: "Let me see.",
+      refusal: null,
+    });
+  });
+
   it("maps every stop reason", () => {
     const finish = (stop_reason: unknown) =>
       (fromAnthropicMessage({ content: [], stop_reason, usage: {} }).choices as { finish_reason: unknown }[])[0]!
@@ -356,6 +406,23 @@ describe("Messages API streams as chat completion chunks", () => {
       usage: { prompt_tokens: 15, completion_tokens: 9, total_tokens: 24 },
     });
     expect(chunks[7]).toEqual({ end: { type: "end", done: true } });
+  });
+
+  it("streams thinking as reasoning_content deltas before the answer, leaving signatures out", async () => {
+    const reader = new SseReader(
+      sse([
+        ["message_start", { message: { id: "m", model: "x", usage: { input_tokens: 1, output_tokens: 1 } } }],
+        ["content_block_start", { index: 0, content_block: { type: "thinking", thinking: "" } }],
+        ["content_block_delta", { index: 0, delta: { type: "thinking_delta", thinking: "Hmm." } }],
+        ["content_block_delta", { index: 0, delta: { type: "signature_delta", signature: "c2ln" } }],
+        ["content_block_stop", { index: 0 }],
+        ["content_block_start", { index: 1, content_block: { type: "text", text: "" } }],
+        ["content_block_delta", { index: 1, delta: { type: "text_delta", text: "Yes." } }],
+      ]),
+      anthropicStream(),
+    );
+    const deltas = (await read(reader)).slice(0, -1).map((c) => (c.choices as { delta: unknown }[])[0]!.delta);
+    expect(deltas).toEqual([{ role: "assistant", reasoning_content: "Hmm." }, { content: "Yes." }]);
   });
 
   it("marks the answer whole at message_stop, so the edge ends the stream with [DONE]", async () => {

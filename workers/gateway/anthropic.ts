@@ -2,9 +2,10 @@
  * Anthropic's Messages API behind the OpenAI-compatible surface. A chat completion request is
  * rewritten into `POST /v1/messages`, and the answer (whole, or its stream of typed events) back
  * into chat completion objects and chunks, so that an Anthropic endpoint can sit in a chat or
- * apply pool beside OpenAI-compatible ones and take over when they fail. Text, images, tools and
- * usage are carried across; what has no counterpart there is listed by `anthropicCannotServe`,
- * and such requests go to the pool's other endpoints instead.
+ * apply pool beside OpenAI-compatible ones and take over when they fail. Text, images, tools,
+ * `reasoning_effort` (as extended thinking, returned as `reasoning_content`) and usage are carried
+ * across; what has no counterpart there is listed by `anthropicCannotServe`, and such requests go
+ * to the pool's other endpoints instead.
  */
 
 /** The `anthropic-version` header: the Messages API's only stable version. */
@@ -12,6 +13,13 @@ export const ANTHROPIC_VERSION = "2023-06-01";
 
 /** The Messages API requires `max_tokens`; this is sent when the client set no limit. */
 export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+
+/**
+ * Extended thinking's token budget for each of OpenAI's `reasoning_effort` values (`minimal` and
+ * `none` ask for none). The API's smallest budget is 1,024.
+ */
+export const THINKING_BUDGETS: Record<string, number> = { low: 1024, medium: 4096, high: 16384 };
+const MIN_THINKING_BUDGET = 1024;
 
 type Json = Record<string, unknown>;
 
@@ -145,15 +153,21 @@ export function toAnthropicRequest(body: Json, model: string, stream: boolean, c
       if (block) block.cache_control = { type: "ephemeral" };
   }
   const limit = body.max_completion_tokens ?? body.max_tokens;
+  const thinking = thinkingBudget(body, typeof limit === "number" ? limit : undefined);
   const out: Json = {
     model,
     messages,
-    max_tokens: typeof limit === "number" ? limit : ANTHROPIC_DEFAULT_MAX_TOKENS,
+    // Like OpenAI's limit for reasoning models, Anthropic's counts the thinking too.
+    max_tokens: typeof limit === "number" ? limit : (thinking ?? 0) + ANTHROPIC_DEFAULT_MAX_TOKENS,
   };
   if (system.length > 0) out.system = system;
   if (stream) out.stream = true;
-  if (typeof body.temperature === "number") out.temperature = Math.min(1, Math.max(0, body.temperature));
-  if (typeof body.top_p === "number") out.top_p = body.top_p;
+  if (thinking !== undefined) out.thinking = { type: "enabled", budget_tokens: thinking };
+  // Thinking takes neither a temperature nor top_p.
+  else {
+    if (typeof body.temperature === "number") out.temperature = Math.min(1, Math.max(0, body.temperature));
+    if (typeof body.top_p === "number") out.top_p = body.top_p;
+  }
   const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop : [];
   if (stop.length > 0) out.stop_sequences = stop;
   if (typeof body.user === "string" && body.user) out.metadata = { user_id: body.user };
@@ -166,6 +180,21 @@ export function toAnthropicRequest(body: Json, model: string, stream: boolean, c
   const choice = toolChoice(body.tool_choice, body.parallel_tool_calls);
   if (choice && out.tools) out.tool_choice = choice;
   return out;
+}
+
+/**
+ * Extended thinking's budget for this request, or undefined when it asks for none or cannot have it:
+ * a forced tool call, a conversation that carries tool results (the API then needs the thinking
+ * blocks of the turn that called the tool, which OpenAI's format cannot send back), or a limit too
+ * small for the smallest budget.
+ */
+function thinkingBudget(body: Json, limit: number | undefined): number | undefined {
+  const budget = THINKING_BUDGETS[String(body.reasoning_effort)];
+  if (budget === undefined) return undefined;
+  if (body.tool_choice === "required" || isObject(body.tool_choice)) return undefined;
+  if ((body.messages as Json[]).some((m) => m.role === "tool")) return undefined;
+  const fits = limit === undefined ? budget : Math.min(budget, limit - 1);
+  return fits >= MIN_THINKING_BUDGET ? fits : undefined;
 }
 
 const FINISH: Record<string, string> = {
@@ -199,6 +228,7 @@ function openAiUsage(prompt: number, completion: number, cached: number): Json {
 export function fromAnthropicMessage(message: Json): Json {
   const content = Array.isArray(message.content) ? (message.content as Json[]) : [];
   const answer = content.map((block) => (block.type === "text" ? String(block.text ?? "") : "")).join("");
+  const thought = content.map((block) => (block.type === "thinking" ? String(block.thinking ?? "") : "")).join("");
   const calls = content
     .filter((block) => block.type === "tool_use")
     .map((block) => ({
@@ -218,6 +248,7 @@ export function fromAnthropicMessage(message: Json): Json {
         message: {
           role: "assistant",
           content: calls.length > 0 && !answer ? null : answer,
+          ...(thought ? { reasoning_content: thought } : {}),
           ...(calls.length > 0 ? { tool_calls: calls } : {}),
           refusal: null,
         },
@@ -303,6 +334,8 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
         const delta = isObject(value.delta) ? value.delta : {};
         if (delta.type === "text_delta" && typeof delta.text === "string")
           return { events: [chunk({ content: delta.text })], done: false };
+        if (delta.type === "thinking_delta" && typeof delta.thinking === "string")
+          return { events: [chunk({ reasoning_content: delta.thinking })], done: false };
         const index = tools.get(count(value.index));
         if (delta.type === "input_json_delta" && index !== undefined)
           return {
