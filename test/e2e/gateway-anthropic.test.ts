@@ -214,7 +214,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     ]);
   });
 
-  it("asks for extended thinking for a reasoning effort and streams it back as reasoning_content", async () => {
+  it("asks for extended thinking for a reasoning effort and streams it back as reasoning", async () => {
     const stream = await gw.openai().chat.completions.create({
       model: "claude",
       messages: [{ role: "user", content: "Why?" }],
@@ -225,8 +225,11 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     let reasoning = "";
     let text = "";
     for await (const chunk of stream) {
-      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
-      reasoning += delta?.reasoning_content ?? "";
+      const delta = chunk.choices[0]?.delta as
+        | { content?: string | null; reasoning?: string; reasoning_content?: string }
+        | undefined;
+      expect(delta?.reasoning_content).toBe(delta?.reasoning);
+      reasoning += delta?.reasoning ?? "";
       text += delta?.content ?? "";
     }
     expect(reasoning).toBe("Thinking (simulated).");

@@ -299,7 +299,7 @@ describe("Messages API answers as chat completions", () => {
     });
   });
 
-  it("returns thinking as reasoning_content", () => {
+  it("returns thinking as reasoning and reasoning_content", () => {
     const out = fromAnthropicMessage({
       content: [
         { type: "thinking", thinking: "Let me see.", signature: "sig" },
@@ -311,6 +311,7 @@ describe("Messages API answers as chat completions", () => {
     expect((out.choices as { message: unknown }[])[0]!.message).toEqual({
       role: "assistant",
       content: "Yes.",
+      reasoning: "Let me see.",
       reasoning_content: "Let me see.",
       refusal: null,
     });
@@ -408,7 +409,7 @@ describe("Messages API streams as chat completion chunks", () => {
     expect(chunks[7]).toEqual({ end: { type: "end", done: true } });
   });
 
-  it("streams thinking as reasoning_content deltas before the answer, leaving signatures out", async () => {
+  it("streams thinking as reasoning deltas before the answer, leaving signatures out", async () => {
     const reader = new SseReader(
       sse([
         ["message_start", { message: { id: "m", model: "x", usage: { input_tokens: 1, output_tokens: 1 } } }],
@@ -422,7 +423,7 @@ describe("Messages API streams as chat completion chunks", () => {
       anthropicStream(),
     );
     const deltas = (await read(reader)).slice(0, -1).map((c) => (c.choices as { delta: unknown }[])[0]!.delta);
-    expect(deltas).toEqual([{ role: "assistant", reasoning_content: "Hmm." }, { content: "Yes." }]);
+    expect(deltas).toEqual([{ role: "assistant", reasoning: "Hmm.", reasoning_content: "Hmm." }, { content: "Yes." }]);
   });
 
   it("marks the answer whole at message_stop, so the edge ends the stream with [DONE]", async () => {

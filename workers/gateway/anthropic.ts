@@ -3,7 +3,7 @@
  * rewritten into `POST /v1/messages`, and the answer (whole, or its stream of typed events) back
  * into chat completion objects and chunks, so that an Anthropic endpoint can sit in a chat or
  * apply pool beside OpenAI-compatible ones and take over when they fail. Text, images, tools,
- * `reasoning_effort` (as extended thinking, returned as `reasoning_content`) and usage are carried
+ * `reasoning_effort` (as extended thinking, returned as `reasoning`) and usage are carried
  * across; what has no counterpart there is listed by `anthropicCannotServe`, and such requests go
  * to the pool's other endpoints instead.
  */
@@ -224,6 +224,12 @@ function openAiUsage(prompt: number, completion: number, cached: number): Json {
   };
 }
 
+/**
+ * Thinking, under both names OpenAI-compatible servers give it: `reasoning` (vLLM's) and
+ * `reasoning_content` (DeepSeek's, and vLLM's before), so clients written for either read it.
+ */
+const reasoning = (text: string) => ({ reasoning: text, reasoning_content: text });
+
 /** A whole Messages API answer as an OpenAI chat completion. */
 export function fromAnthropicMessage(message: Json): Json {
   const content = Array.isArray(message.content) ? (message.content as Json[]) : [];
@@ -248,7 +254,7 @@ export function fromAnthropicMessage(message: Json): Json {
         message: {
           role: "assistant",
           content: calls.length > 0 && !answer ? null : answer,
-          ...(thought ? { reasoning_content: thought } : {}),
+          ...(thought ? reasoning(thought) : {}),
           ...(calls.length > 0 ? { tool_calls: calls } : {}),
           refusal: null,
         },
@@ -335,7 +341,7 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
         if (delta.type === "text_delta" && typeof delta.text === "string")
           return { events: [chunk({ content: delta.text })], done: false };
         if (delta.type === "thinking_delta" && typeof delta.thinking === "string")
-          return { events: [chunk({ reasoning_content: delta.thinking })], done: false };
+          return { events: [chunk(reasoning(delta.thinking))], done: false };
         const index = tools.get(count(value.index));
         if (delta.type === "input_json_delta" && index !== undefined)
           return {
