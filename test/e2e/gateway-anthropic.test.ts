@@ -66,6 +66,19 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     }
   });
 
+  /** The text of a streamed chat completion of `model`. */
+  const streamedText = async (model: string, max_tokens: number) => {
+    const stream = await gw.openai().chat.completions.create({
+      model,
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens,
+      stream: true,
+    });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    return text;
+  };
+
   const generations = (backend: string) =>
     gw.sim
       .backend(backend)
@@ -254,15 +267,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
 
   it("fails over from an overloaded (529) Anthropic endpoint to the OpenAI-compatible one before the first token", async () => {
     await gw.sim.backend("claude").configure({ fault: { type: "status", status: 529 } });
-    const stream = await gw.openai().chat.completions.create({
-      model: "assistant",
-      messages: [{ role: "user", content: "Hello" }],
-      max_tokens: 3,
-      stream: true,
-    });
-    let text = "";
-    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
-    expect(text).toBe("sim0 sim1 sim2 ");
+    expect(await streamedText("assistant", 3)).toBe("sim0 sim1 sim2 ");
     expect(generations("claude").map((r) => r.status)).toEqual([529]);
     expect(generations("gpt")).toHaveLength(1);
     expect(generations("gpt")[0]!.authorization).toBe(`Bearer ${OPENAI_SECRET}`);
@@ -316,23 +321,9 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
   it("counts an overloaded error event as full, not broken: three in a row do not eject the endpoint", async () => {
     const claude = gw.sim.backend("claude");
     await claude.configure({ fault: { type: "errorEvent", afterTokens: 0, overloaded: true } });
-    const ask = () =>
-      gw.openai().chat.completions.create({
-        model: "assistant",
-        messages: [{ role: "user", content: "Hello" }],
-        max_tokens: 2,
-      });
     for (let i = 0; i < 3; i++) {
       // Each one fails over to the OpenAI-compatible endpoint, after Anthropic's stream said it is overloaded.
-      const stream = await gw.openai().chat.completions.create({
-        model: "assistant",
-        messages: [{ role: "user", content: "Hello" }],
-        max_tokens: 2,
-        stream: true,
-      });
-      let text = "";
-      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
-      expect(text).toBe("sim0 sim1 ");
+      expect(await streamedText("assistant", 2)).toBe("sim0 sim1 ");
       // A full backend is passed over for a second; after it, the next request tries it again.
       await sleep(1_100);
     }
@@ -340,7 +331,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     await claude.configure({ fault: { type: "none" } });
     claude.clear();
     // Three failures in a row would have ejected it for 10 s; overloaded, it is back at once.
-    await ask();
+    await streamedText("assistant", 2);
     expect(generations("claude")).toHaveLength(1);
   });
 
