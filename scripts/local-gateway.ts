@@ -1,6 +1,7 @@
 /**
  * The local default of `npm start` when no real backend is configured: two simulated GPU regions
- * (Virginia and London), each serving every pool, with the simulator's models. Everything they
+ * (Virginia and London), each serving every pool, with the simulator's models, and a simulated
+ * Anthropic Messages API (California) for a chat model the edge translates to it. Everything they
  * return says it is simulated.
  */
 import type { GatewayConfigInput } from "../protocol/gateway.js";
@@ -13,9 +14,20 @@ export const LOCAL_MODELS = {
   embed: "embed-simulated",
 } as const;
 
+/** A chat model served through the simulated Anthropic Messages API. */
+export const LOCAL_ANTHROPIC_MODEL = "claude-simulated";
+
 export const LOCAL_BACKENDS: BackendOptions[] = [
   { id: "sim-us-east", models: Object.values(LOCAL_MODELS), capacity: 32, ttftMs: 30, tokensPerSecond: 150 },
   { id: "sim-eu-west", models: Object.values(LOCAL_MODELS), capacity: 32, ttftMs: 30, tokensPerSecond: 150 },
+  {
+    id: "sim-anthropic",
+    kind: "anthropic",
+    models: [LOCAL_ANTHROPIC_MODEL],
+    capacity: 32,
+    ttftMs: 30,
+    tokensPerSecond: 150,
+  },
 ];
 
 export function localGatewayConfig(urls: Record<string, string>): GatewayConfigInput {
@@ -28,12 +40,23 @@ export function localGatewayConfig(urls: Record<string, string>): GatewayConfigI
     models: [LOCAL_MODELS[role]],
     endpoints: endpoints.map((e) => ({ ...e, model: LOCAL_MODELS[role] })),
   });
+  const anthropic = {
+    id: "sim-anthropic",
+    region: "us-west",
+    latitude: 37.77,
+    longitude: -122.42,
+    url: urls["sim-anthropic"]!,
+    kind: "anthropic" as const,
+    model: LOCAL_ANTHROPIC_MODEL,
+    capacity: 32,
+  };
   return {
     pools: {
       tab: { ...pool("tab"), fim: "qwen2.5-coder", hedgeAfterMs: 150 },
       chat: pool("chat"),
       apply: pool("apply"),
       embed: pool("embed"),
+      claude: { role: "chat", models: [LOCAL_ANTHROPIC_MODEL], endpoints: [anthropic] },
     },
   };
 }

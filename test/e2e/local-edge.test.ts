@@ -1,7 +1,15 @@
+import OpenAI from "openai";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiKeyInfo, CreatedApiKey, Health, Me } from "../../protocol/schemas.js";
-import { sextant, simulatedTabCompletion, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { LOCAL_ANTHROPIC_MODEL } from "../../scripts/local-gateway.js";
+import {
+  savedLocalEdge,
+  sextant,
+  simulatedTabCompletion,
+  startLocalEdge,
+  type LocalEdge,
+} from "../support/local-edge.js";
 
 /** The newcomer's path: `npm start`, then the CLI from another directory with nothing configured. */
 describe("local edge end to end", () => {
@@ -25,6 +33,19 @@ describe("local edge end to end", () => {
     const { text, fingerprints } = await simulatedTabCompletion(edge);
     expect(text).toBe("sim0 sim1 sim2 sim3 ");
     expect([...fingerprints]).toEqual(["sextant-simulator"]);
+  });
+
+  it("answers chat through the simulated Anthropic Messages API, translated by the edge", async () => {
+    const openai = new OpenAI({ baseURL: `${edge.baseURL}/v1`, apiKey: savedLocalEdge(edge).apiKey, maxRetries: 0 });
+    const models = await openai.models.list();
+    expect(models.data.map((m) => m.id)).toContain(LOCAL_ANTHROPIC_MODEL);
+    const completion = await openai.chat.completions.create({
+      model: LOCAL_ANTHROPIC_MODEL,
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 3,
+    });
+    expect(completion.choices[0]!.message.content).toBe("sim0 sim1 sim2 ");
+    expect(completion.choices[0]!.finish_reason).toBe("length");
   });
 
   it("lets `sextant whoami` find the local edge and its development key by itself", () => {
