@@ -7,7 +7,7 @@
  * an error event) or a silent truncation (ended early without any error). A stream the edge resumed
  * on London after a break mid-stream is a success, counted apart.
  *
- *   npx tsx bench/gateway-failover.ts       # 16 clients, 500 requests per mode, 9 modes
+ *   npx tsx bench/gateway-failover.ts       # 16 clients, 500 requests per mode, 11 modes
  */
 import { pathToFileURL } from "node:url";
 import type { Fault } from "../gpu-backends/simulator/simulator.js";
@@ -37,6 +37,8 @@ export const FAILOVER_MODES = {
   "hang-after-3-tokens": { type: "hangMidStream", afterTokens: 3 },
   "malformed-at-0-tokens": { type: "malformedSse", afterTokens: 0 },
   "malformed-at-3-tokens": { type: "malformedSse", afterTokens: 3 },
+  "error-event-at-0-tokens": { type: "errorEvent", afterTokens: 0 },
+  "error-event-at-3-tokens": { type: "errorEvent", afterTokens: 3 },
   "slow-drip-2s": { type: "slowDrip", intervalMs: 2_000 },
   unhealthy: { type: "unhealthy" },
 } as const satisfies Record<string, Fault>;
