@@ -78,6 +78,8 @@ const tunables = {
   apiKey: z.string().min(1).nullish(),
   /** Default 16. */
   embeddingDims: z.number().int().min(1).max(65_536).optional(),
+  /** `anthropic`: the shortest prefix, in prompt tokens, its prompt cache keeps (default 1024). */
+  cacheMinTokens: z.number().int().min(1).optional(),
   fault: Fault.optional(),
 };
 
@@ -176,6 +178,7 @@ function resolve(options: BackendOptions, port: number): ResolvedBackendOptions 
     maxConcurrency: options.maxConcurrency ?? 2 * capacity,
     apiKey: options.apiKey ?? null,
     embeddingDims: options.embeddingDims ?? 16,
+    cacheMinTokens: options.cacheMinTokens ?? 1024,
     fault: options.fault ?? { type: "none" },
   };
 }
@@ -273,6 +276,18 @@ const EmbeddingBody = z.looseObject({
   encoding_format: z.enum(["float", "base64"]).nullish(),
 });
 
+/** A prompt up to the end of one of its blocks: its hash, its characters, and whether it is marked for caching. */
+interface Prefix {
+  hash: string;
+  chars: number;
+  marked: boolean;
+}
+
+/** How long a prompt cache entry lives, as Anthropic's default (ephemeral) one does. */
+const CACHE_TTL_MS = 5 * 60_000;
+/** How many blocks before a mark the prompt cache looks back for an earlier entry, as Anthropic's does. */
+const CACHE_LOOKBACK = 20;
+
 /** A generation request, whichever endpoint it came through. */
 interface Generation {
   format: Format;
@@ -285,6 +300,10 @@ interface Generation {
   tool?: string;
   /** Anthropic only: the request asked for extended thinking; a thinking block comes first. */
   thinking?: boolean;
+  /** Anthropic only: the prompt's blocks in order (tools, system, messages), for the prompt cache. */
+  prefixes?: Prefix[];
+  /** Anthropic only: prompt tokens read from and written to the prompt cache. */
+  cache?: { read: number; written: number };
 }
 
 /** How one endpoint shapes its objects: the generation loop is shared. */
@@ -392,6 +411,8 @@ class Backend implements SimulatedBackend {
   private peak = 0;
   private open = new Set<Exchange>();
   private stopped = false;
+  /** `anthropic`: the prompt cache, prefix hash → expiry. */
+  private promptCache = new Map<string, number>();
 
   constructor(options: BackendOptions) {
     this.id = options.id;
@@ -566,6 +587,7 @@ class Backend implements SimulatedBackend {
     }
     const parsed = handler(record.body, this.opts);
     if (typeof parsed === "string") return this.fail(exchange, 400, parsed);
+    if ("prefixes" in parsed && parsed.prefixes) parsed.cache = this.cachePrompt(parsed.prefixes, parsed.promptTokens);
     if (!this.opts.models.includes(parsed.model)) {
       return this.fail(exchange, 404, `The model \`${parsed.model}\` does not exist.`);
     }
@@ -582,6 +604,35 @@ class Backend implements SimulatedBackend {
     if (fault?.type === "hangBeforeHeaders" || (fault?.type === "hangMidStream" && !stream)) return;
     if ("inputs" in parsed) return this.embed(exchange, parsed, fault?.type === "malformedSse");
     this.generate(exchange, parsed, fault);
+  }
+
+  /**
+   * Anthropic's prompt cache, simulated: a prompt reads the longest cached prefix that ends at a block
+   * boundary at most `CACHE_LOOKBACK` blocks before one of its marks, and writes the prefix at each
+   * mark long enough to keep. Token counts are the prompt's share of its characters.
+   */
+  private cachePrompt(prefixes: Prefix[], tokens: number): { read: number; written: number } {
+    const now = Date.now();
+    for (const [hash, expiry] of this.promptCache) if (expiry <= now) this.promptCache.delete(hash);
+    const marks = prefixes.flatMap((p, i) => (p.marked ? [i] : []));
+    const total = prefixes.at(-1)?.chars ?? 0;
+    const share = (chars: number) => (total === 0 ? 0 : Math.round((tokens * chars) / total));
+    let hit = -1;
+    for (const mark of marks)
+      for (let i = mark; i >= Math.max(0, mark - CACHE_LOOKBACK); i--)
+        if (this.promptCache.has(prefixes[i]!.hash)) {
+          hit = Math.max(hit, i);
+          break;
+        }
+    let written = 0;
+    for (const mark of marks) {
+      const { hash, chars } = prefixes[mark]!;
+      if (share(chars) < this.opts.cacheMinTokens) continue;
+      if (mark > hit) written = share(chars) - (hit >= 0 ? share(prefixes[hit]!.chars) : 0);
+      this.promptCache.set(hash, now + CACHE_TTL_MS);
+    }
+    const read = hit >= 0 ? share(prefixes[hit]!.chars) : 0;
+    return { read, written: Math.max(0, written) };
   }
 
   /** The fault for this request, drawn by `rate`; faults that are not about requests never apply. */
@@ -664,6 +715,12 @@ class Backend implements SimulatedBackend {
     const anthropic = g.format.anthropic === true;
     const message = { id: head.id, type: "message", role: "assistant", model: g.model };
     const toolUse = g.tool ? { type: "tool_use", id: `toolu_sim_${head.id.slice(8)}`, name: g.tool } : undefined;
+    const cached = g.cache ?? { read: 0, written: 0 };
+    const promptUsage = {
+      input_tokens: Math.max(0, g.promptTokens - cached.read - cached.written),
+      cache_read_input_tokens: cached.read,
+      cache_creation_input_tokens: cached.written,
+    };
     /** The answer's content block: after the thinking block when there is one. */
     const block = g.thinking ? 1 : 0;
     let emitted = 0;
@@ -700,7 +757,7 @@ class Backend implements SimulatedBackend {
             ...(g.thinking ? [{ type: "thinking", thinking: THOUGHT, signature: "sim" }] : []),
             toolUse ? { ...toolUse, input: { text } } : { type: "text", text },
           ];
-          const used = { input_tokens: g.promptTokens, output_tokens: tokens };
+          const used = { ...promptUsage, output_tokens: tokens };
           return this.json(exchange, 200, { ...message, content, ...stop, usage: used });
         }
         if (toolUse)
@@ -763,7 +820,7 @@ class Backend implements SimulatedBackend {
     if (g.stream) {
       res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
       if (anthropic) {
-        const usage = { input_tokens: g.promptTokens, output_tokens: 1 };
+        const usage = { ...promptUsage, output_tokens: 1 };
         const started = { ...message, content: [], stop_reason: null, stop_sequence: null, usage };
         res.write(typed("message_start", { message: started }));
         if (g.thinking) {
@@ -861,12 +918,29 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
     const choice = r.data.tool_choice;
     const tool = choice?.type === "tool" ? choice.name : choice?.type === "any" ? r.data.tools?.[0]?.name : undefined;
     const thinking = r.data.thinking?.type === "enabled";
+    // The prompt's blocks in Anthropic's cache order: tools, system, then the messages.
+    const asBlocks = (blocks: z.infer<typeof Blocks>) =>
+      typeof blocks === "string" ? [{ type: "text", text: blocks }] : blocks;
+    const ordered = [
+      ...(r.data.tools ?? []),
+      ...(r.data.system === undefined ? [] : asBlocks(r.data.system)),
+      ...r.data.messages.flatMap((m) => asBlocks(m.content).map((b) => ({ ...b, role: m.role }))),
+    ];
+    let hash = "";
+    let seen = 0;
+    const prefixes = ordered.map((block: Record<string, unknown>) => {
+      const { cache_control: mark, ...rest } = block;
+      hash = createHash("sha256").update(hash).update(JSON.stringify(rest)).digest("hex");
+      seen += typeof rest.text === "string" ? rest.text.length : 0;
+      return { hash, chars: seen, marked: mark !== undefined };
+    });
     if (thinking && r.data.thinking!.budget_tokens === undefined) return "thinking.budget_tokens: Field required";
     if (thinking && r.data.thinking!.budget_tokens! >= r.data.max_tokens)
       return "max_tokens must be greater than thinking.budget_tokens";
     return {
       ...(tool ? { tool } : {}),
       ...(thinking ? { thinking } : {}),
+      prefixes,
       format: MESSAGES,
       model: r.data.model,
       promptTokens: promptTokens(chars(r.data.system) + r.data.messages.reduce((sum, m) => sum + chars(m.content), 0)),

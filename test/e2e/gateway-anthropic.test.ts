@@ -253,6 +253,35 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     });
   });
 
+  it("marks prompts so that a chat's next turn reads its earlier turns from Anthropic's cache", async () => {
+    await gw.sim.backend("claude").configure({ cacheMinTokens: 5 });
+    try {
+      const system = { role: "system" as const, content: "You review TypeScript. ".repeat(4) };
+      const question = { role: "user" as const, content: "Is this safe: eval(input)?" };
+      const turn = (model: string, messages: OpenAI.ChatCompletionMessageParam[]) =>
+        gw.openai().chat.completions.create({ model, messages, max_tokens: 2 });
+      const first = await turn("claude", [system, question]);
+      expect(first.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
+      const next = [
+        system,
+        question,
+        { role: "assistant" as const, content: "No." },
+        { role: "user" as const, content: "Why?" },
+      ];
+      const second = await turn("claude", next);
+      // The whole first turn (system prompt and question) came from the cache.
+      const firstTurnTokens = first.usage!.prompt_tokens;
+      expect(second.usage?.prompt_tokens_details?.cached_tokens).toBeGreaterThanOrEqual(firstTurnTokens - 1);
+      expect(second.usage?.prompt_tokens_details?.cached_tokens).toBeLessThan(second.usage!.prompt_tokens);
+      // The same backend without prompt caching: no marks, nothing read.
+      await turn("apply-claude", [system, question]);
+      const uncached = await turn("apply-claude", next);
+      expect(uncached.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
+    } finally {
+      await gw.sim.backend("claude").configure({ cacheMinTokens: 1024 });
+    }
+  });
+
   it("folds apply's prediction into the conversation for the Messages API", async () => {
     await gw.openai().chat.completions.create({
       model: "apply-claude",

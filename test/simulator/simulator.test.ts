@@ -335,6 +335,35 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
     );
   });
 
+  it("caches marked prompt prefixes: a later prompt that repeats one reads it, counted apart in the usage", async () => {
+    const backend = sim.backend("claude");
+    await backend.configure({ cacheMinTokens: 5 });
+    try {
+      const system = [
+        { type: "text" as const, text: "You review code. ".repeat(4), cache_control: { type: "ephemeral" as const } },
+      ];
+      const first = await claude().messages.create({ ...ask, system });
+      expect(first.usage).toMatchObject({ cache_read_input_tokens: 0, cache_creation_input_tokens: 17 });
+      const second = await claude().messages.create({
+        ...ask,
+        system,
+        messages: [{ role: "user", content: "Another question" }],
+      });
+      expect(second.usage).toMatchObject({ cache_read_input_tokens: 17, cache_creation_input_tokens: 0 });
+      expect(second.usage.input_tokens).toBe(
+        Math.ceil(("You review code. ".repeat(4) + "Another question").length / 4) - 17,
+      );
+      // Unmarked, or under the minimum: nothing is cached.
+      const plain = await claude().messages.create({ ...ask, system: "You review code. ".repeat(4) });
+      expect(plain.usage).toMatchObject({ cache_read_input_tokens: 0, cache_creation_input_tokens: 0 });
+      await backend.configure({ cacheMinTokens: 1024 });
+      const small = await claude().messages.create({ ...ask, system: [{ ...system[0]!, text: "Other. ".repeat(9) }] });
+      expect(small.usage).toMatchObject({ cache_read_input_tokens: 0, cache_creation_input_tokens: 0 });
+    } finally {
+      await backend.configure({ cacheMinTokens: 1024 });
+    }
+  });
+
   it("lists its models in Anthropic's shape", async () => {
     const models = await claude().models.list();
     expect(models.data.map((m) => m.id)).toEqual(["sim-claude"]);
