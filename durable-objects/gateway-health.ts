@@ -5,6 +5,7 @@
  * `snapshotMaxAgeMs`; no request ever waits on this object.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { ProbeResult } from "../protocol/gateway.js";
 import type { HealthSnapshot } from "../workers/gateway/balancer.js";
 import { backendHeaders, loadGateway, type Gateway } from "../workers/gateway/config.js";
 
@@ -16,6 +17,14 @@ interface EndpointRecord {
   /** When it last became routable; 0 when it never was down. */
   since: number;
   routable: boolean;
+  /** The last probe (`at` in ms since epoch); null before the first. */
+  probe: (Omit<ProbeResult, "at"> & { at: number }) | null;
+}
+
+/** What `GET /admin/gateway` reads: every record, as stored. */
+export interface HealthRecords {
+  endpoints: Record<string, EndpointRecord>;
+  pools: Record<string, PoolRecord>;
 }
 
 interface PoolRecord {
@@ -53,7 +62,14 @@ export class GatewayHealth extends DurableObject<Env> {
     const saved = row ? (JSON.parse(row.state) as State) : undefined;
     const state: State = { fingerprint: gateway.fingerprint, endpoints: {}, pools: {} };
     for (const id of gateway.endpoints.keys())
-      state.endpoints[id] = saved?.endpoints[id] ?? { probeOk: true, ejectedUntil: 0, since: 0, routable: true };
+      state.endpoints[id] = {
+        probeOk: true,
+        ejectedUntil: 0,
+        since: 0,
+        routable: true,
+        probe: null,
+        ...saved?.endpoints[id],
+      };
     for (const pool of gateway.pools)
       state.pools[pool.name] = saved?.pools[pool.name] ?? { down: false, outageEndedAt: null };
     this.state = state;
@@ -91,8 +107,8 @@ export class GatewayHealth extends DurableObject<Env> {
       await this.ctx.storage.setAlarm(Date.now() + gateway.config.health.probeIntervalMs);
   }
 
-  /** The current view; also keeps the probes running while isolates are asking. */
-  async snapshot(): Promise<HealthSnapshot | null> {
+  /** The state brought up to date; a read also keeps the probes running. */
+  private async current(): Promise<State | null> {
     const gateway = this.gateway();
     if (!gateway) return null;
     const state = this.load(gateway);
@@ -100,10 +116,23 @@ export class GatewayHealth extends DurableObject<Env> {
     this.lastRead = now;
     if (this.settle(gateway, state, now)) this.save(state);
     await this.ensureAlarm(gateway);
+    return state;
+  }
+
+  /** The current view, as isolates route by it. */
+  async snapshot(): Promise<HealthSnapshot | null> {
+    const state = await this.current();
+    if (!state) return null;
     const endpoints: HealthSnapshot["endpoints"] = {};
     for (const [id, record] of Object.entries(state.endpoints))
       endpoints[id] = { healthy: record.routable, since: record.since };
     return { endpoints, pools: structuredClone(state.pools) };
+  }
+
+  /** Every record, for the operator's view. */
+  async records(): Promise<HealthRecords | null> {
+    const state = await this.current();
+    return state && { endpoints: structuredClone(state.endpoints), pools: structuredClone(state.pools) };
   }
 
   /** An isolate ejected an endpoint after failures on real traffic: every isolate avoids it. */
@@ -119,16 +148,26 @@ export class GatewayHealth extends DurableObject<Env> {
     await this.ensureAlarm(gateway);
   }
 
-  private async probe(url: string, timeoutMs: number, headers: Record<string, string>): Promise<boolean> {
+  private async probe(
+    url: string,
+    timeoutMs: number,
+    headers: Record<string, string>,
+  ): Promise<NonNullable<EndpointRecord["probe"]>> {
+    const at = Date.now();
+    const started = performance.now();
     try {
-      const response = await fetch(url, {
-        headers,
-        signal: AbortSignal.timeout(timeoutMs),
-      });
+      const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
       await response.body?.cancel();
-      return response.ok;
-    } catch {
-      return false;
+      return { at, ok: response.ok, status: response.status, error: null, ms: performance.now() - started };
+    } catch (err) {
+      const timedOut = err instanceof DOMException && err.name === "TimeoutError";
+      return {
+        at,
+        ok: false,
+        status: null,
+        error: timedOut ? "timeout" : "unreachable",
+        ms: performance.now() - started,
+      };
     }
   }
 
@@ -140,16 +179,18 @@ export class GatewayHealth extends DurableObject<Env> {
     const vars = this.env as unknown as Record<string, string | undefined>;
     const results = await Promise.all(
       [...gateway.endpoints.values()].map(async (endpoint) => {
-        const ok = await this.probe(
+        const probe = await this.probe(
           endpoint.healthUrl,
           probeTimeoutMs,
           backendHeaders(endpoint.kind, endpoint.secret ? vars[endpoint.secret] : undefined),
         );
-        return [endpoint.id, ok] as const;
+        return [endpoint.id, probe] as const;
       }),
     );
-    for (const [id, ok] of results) {
+    for (const [id, probe] of results) {
       const record = state.endpoints[id]!;
+      const ok = probe.ok;
+      record.probe = probe;
       // Recovery the probes can see ends an ejection at once: it was an outage, and it is over.
       if (ok && !record.probeOk) record.ejectedUntil = 0;
       record.probeOk = ok;

@@ -243,3 +243,84 @@ export function userShare(userId: string): number {
   }
   return (h >>> 0) / 2 ** 32;
 }
+
+/** One health probe of an endpoint, as the health object last saw it. */
+export const ProbeResult = z.object({
+  at: z.iso.datetime(),
+  ok: z.boolean(),
+  /** The health URL's HTTP status; null when no answer came. */
+  status: z.number().int().nullable(),
+  /** Why no answer came: it took longer than `probeTimeoutMs`, or the connection failed. */
+  error: z.enum(["timeout", "unreachable"]).nullable(),
+  ms: z.number().nonnegative(),
+});
+export type ProbeResult = z.infer<typeof ProbeResult>;
+
+/** An endpoint in `GET /admin/gateway`: its configuration, the shared health, and one isolate's view. */
+export const EndpointStatus = z.object({
+  id: z.string(),
+  region: z.string(),
+  kind: EndpointKind,
+  /** The base URL without credentials, query or fragment. */
+  url: z.string(),
+  model: z.string().nullable(),
+  capacity: z.number().int(),
+  weight: z.number(),
+  /** The name of the secret it is sent (never the value); the configuration is refused while one is not set. */
+  secret: z.string().nullable(),
+  /** Shared by every isolate (the health object). */
+  health: z.object({
+    /** Routable: the last probe passed and no isolate's ejection is in force. */
+    routable: z.boolean(),
+    /** The last probe, or null before the first. */
+    probe: ProbeResult.nullable(),
+    /** An ejection reported by an isolate that saw it fail real traffic, while in force. */
+    ejectedUntil: z.iso.datetime().nullable(),
+    /** When it last became routable again; null when it never was down. */
+    since: z.iso.datetime().nullable(),
+    /** Share of its capacity that slow start allows now (1 once recovered). */
+    slowStart: z.number().min(0).max(1),
+  }),
+  /** This isolate only: each isolate keeps its own in-flight counts and outlier ejections. */
+  isolate: z.object({
+    inflight: z.number().int(),
+    /** Failures on real traffic since its last success. */
+    failures: z.number().int(),
+    ejectedUntil: z.iso.datetime().nullable(),
+    /** Back from an ejection: one request at a time until one succeeds. */
+    probation: z.boolean(),
+    /** It answered that it is full (429, 503, 529): no new requests from this isolate until then. */
+    fullUntil: z.iso.datetime().nullable(),
+  }),
+});
+export type EndpointStatus = z.infer<typeof EndpointStatus>;
+
+export const PoolStatus = z.object({
+  name: z.string(),
+  role: PoolRole,
+  models: z.array(z.string()),
+  /** Every endpoint is out of rotation: requests get 503 until one comes back. */
+  down: z.boolean(),
+  /** After a total outage, the recovery ramp: null when none is in progress. */
+  ramp: z
+    .object({
+      startedAt: z.iso.datetime(),
+      endsAt: z.iso.datetime(),
+      /** Share of free-tier users admitted now (paid tiers are admitted throughout). */
+      admitted: z.number().min(0).max(1),
+    })
+    .nullable(),
+  endpoints: z.array(z.string()),
+});
+export type PoolStatus = z.infer<typeof PoolStatus>;
+
+/** `GET /admin/gateway`: the operator's view of the backends. */
+export const GatewayStatus = z.object({
+  at: z.iso.datetime(),
+  /** Where the configuration came from. */
+  source: z.enum(["GATEWAY_CONFIG", "INFERENCE_UPSTREAM"]),
+  probeIntervalMs: z.number().int(),
+  pools: z.array(PoolStatus),
+  endpoints: z.array(EndpointStatus),
+});
+export type GatewayStatus = z.infer<typeof GatewayStatus>;

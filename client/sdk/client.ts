@@ -1,4 +1,5 @@
 import { isWellFormedApiKey } from "../../protocol/api-key.js";
+import { GatewayStatus } from "../../protocol/gateway.js";
 import {
   AbuseThrottle,
   ApiKeyInfo,
@@ -297,5 +298,11 @@ export class SextantAdmin {
         idempotent: true,
         ...opts,
       }),
+  };
+
+  readonly gateway = {
+    /** Each pool and endpoint: shared health (probes, ejections, recovery) and the answering isolate's load. */
+    status: (opts: PerRequest = {}) =>
+      this.http.request({ method: "GET", path: "/admin/gateway", schema: GatewayStatus, ...opts }),
   };
 }

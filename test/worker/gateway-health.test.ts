@@ -1,7 +1,15 @@
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import {
+  createExecutionContext,
+  env,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { GatewayHealth } from "../../durable-objects/gateway-health.js";
-import { call, createAccount, expectJson, expectProblem, type Account } from "./harness.js";
+import { GatewayStatus } from "../../protocol/gateway.js";
+import worker from "../../workers/index.js";
+import { adminCall, call, createAccount, expectJson, expectProblem, ORIGIN, type Account } from "./harness.js";
 import { z } from "zod";
 
 const health = () => env.GATEWAY_HEALTH.get(env.GATEWAY_HEALTH.idFromName("global"));
@@ -98,5 +106,74 @@ describe("gateway health", () => {
       400,
       "invalid_request",
     );
+  });
+});
+
+describe("GET /admin/gateway", () => {
+  let account: Account;
+  beforeAll(async () => {
+    account = await createAccount({ plan: "pro" });
+  });
+
+  /** The Worker with one variable changed, as a deployment with another configuration would run. */
+  async function withConfig(config: string | undefined): Promise<Response> {
+    const ctx = createExecutionContext();
+    const response = await worker.fetch(
+      new Request(`${ORIGIN}/admin/gateway`, { headers: { Authorization: `Bearer ${env.ADMIN_SECRET}` } }),
+      { ...env, GATEWAY_CONFIG: config } as unknown as Env,
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    return response;
+  }
+
+  it("needs the admin secret: none is 401, a wrong one or an API key 403", async () => {
+    const none = await expectProblem(await call("/admin/gateway"), 401, "unauthenticated");
+    expect(none.detail).toMatch(/admin secret/);
+    await expectProblem(await call("/admin/gateway", { token: "x".repeat(40) }), 403, "forbidden");
+    await expectProblem(await call("/admin/gateway", { token: account.key.key }), 403, "forbidden");
+  });
+
+  it("shows every pool and endpoint, and what the probes found", async () => {
+    await runDurableObjectAlarm(health());
+    const status = await expectJson(await adminCall("/gateway"), 200, GatewayStatus);
+    expect(status.source).toBe("GATEWAY_CONFIG");
+    expect(status.probeIntervalMs).toBe(1000);
+    expect(status.pools.map((p) => [p.name, p.role, p.models, p.endpoints])).toEqual([
+      ["tab", "tab", ["tab-test"], ["nowhere-east", "nowhere-west"]],
+      ["embed", "embed", ["embed-none"], ["nowhere-embed"]],
+    ]);
+    // Every backend refuses connections (the discard port): the probes say so, and the pools are down.
+    expect(status.pools.every((p) => p.down && p.ramp === null)).toBe(true);
+    const east = status.endpoints.find((e) => e.id === "nowhere-east")!;
+    expect(east).toMatchObject({
+      region: "us-east",
+      kind: "vllm",
+      url: "http://127.0.0.1:1/v1",
+      model: null,
+      capacity: 4,
+      weight: 1,
+      secret: null,
+      health: { routable: false, ejectedUntil: null, slowStart: 1 },
+      isolate: { inflight: 0, ejectedUntil: null, probation: false, fullUntil: null },
+    });
+    expect(east.health.probe).toMatchObject({ ok: false, status: null, error: "unreachable" });
+    expect(Date.parse(east.health.probe!.at)).toBeLessThanOrEqual(Date.parse(status.at));
+  });
+
+  it("answers 404 on an edge with no backends configured", async () => {
+    const problem = await expectProblem(await withConfig(undefined), 404, "not_found");
+    expect(problem.detail).toMatch(/GATEWAY_CONFIG or INFERENCE_UPSTREAM/);
+  });
+
+  it("tells the operator why an invalid configuration is refused", async () => {
+    const problem = await expectProblem(await withConfig("{ not json"), 500, "internal");
+    expect(problem.detail).toMatch(/configuration is invalid\. GATEWAY_CONFIG is not valid JSON/);
+    const schema = await expectProblem(
+      await withConfig(JSON.stringify({ pools: { tab: { role: "tab" } } })),
+      500,
+      "internal",
+    );
+    expect(schema.detail).toMatch(/configuration is invalid/);
   });
 });

@@ -34,6 +34,12 @@ export function distanceKm(a: Location, b: Location): number {
   return 12_742 * Math.asin(Math.min(1, Math.sqrt(h)));
 }
 
+/** Share of capacity an endpoint routable again since `since` may use: from a tenth to all over `windowMs`. */
+export function slowStartShare(since: number, windowMs: number, now: number): number {
+  if (windowMs === 0 || since === 0) return 1;
+  return Math.min(1, Math.max(MIN_SLOW_START, (now - since) / windowMs));
+}
+
 class EndpointState {
   inflight = 0;
   failures = 0;
@@ -92,14 +98,11 @@ export class Balancer {
 
   /** Share of capacity a recovering endpoint may use: from a tenth to all over `slowStartMs`. */
   slowStart(endpoint: ResolvedEndpoint, pool: ResolvedPool, now: number): number {
-    const window = pool.recovery.slowStartMs;
-    if (window === 0) return 1;
     const since = Math.max(
       this.snapshot?.endpoints[endpoint.id]?.since ?? 0,
       this.endpoints.get(endpoint.id)?.recoveredAt ?? 0,
     );
-    if (since === 0) return 1;
-    return Math.min(1, Math.max(MIN_SLOW_START, (now - since) / window));
+    return slowStartShare(since, pool.recovery.slowStartMs, now);
   }
 
   /** How many requests of a class this isolate may have in flight on an endpoint now. */

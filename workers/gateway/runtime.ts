@@ -22,6 +22,11 @@ function healthStub(env: Env) {
   return env.GATEWAY_HEALTH.get(env.GATEWAY_HEALTH.idFromName("global"));
 }
 
+/** Every record of the shared health object, for the operator's view (never on a request's path). */
+export function healthRecords(env: Env) {
+  return healthStub(env).records();
+}
+
 /** Refreshes the health snapshot when it is stale; never awaited by a request. */
 export function refreshHealth(env: Env, balancer: Balancer, waitUntil: (p: Promise<unknown>) => void): void {
   const now = Date.now();

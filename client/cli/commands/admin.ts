@@ -1,4 +1,5 @@
 import { Command, Option } from "commander";
+import type { EndpointStatus, GatewayStatus } from "../../../protocol/gateway.js";
 import { PLANS, ROLES, type AbuseThrottle } from "../../../protocol/schemas.js";
 import { adminClient, type GlobalOptions } from "../context.js";
 import { parseExpiry, printJson, printTable, shortDate } from "../output.js";
@@ -10,7 +11,7 @@ export function admin(program: Command): void {
   const admin = program
     .command("admin")
     .description(
-      "Operate an edge: orgs, users, keys and abuse throttles (needs its ADMIN_SECRET; found automatically for `npm start`)",
+      "Operate an edge: orgs, users, keys, abuse throttles and the gateway's backends (needs its ADMIN_SECRET; found automatically for `npm start`)",
     );
 
   const orgs = admin.command("orgs").description("Manage orgs");
@@ -139,6 +140,82 @@ export function admin(program: Command): void {
       if (globals(cmd).json) return printJson(lifted);
       process.stdout.write(`Lifted ${lifted.id} on ${lifted.kind} ${lifted.subject} at ${lifted.liftedAt}.\n`);
     });
+
+  admin
+    .command("gateway")
+    .description(
+      "Show the inference gateway's pools and endpoints: probes, ejections, recovery, and the answering isolate's load",
+    )
+    .action(async (_opts, cmd: Command) => {
+      const status = await (await adminClient(globals(cmd))).gateway.status();
+      if (globals(cmd).json) return printJson(status);
+      printGatewayStatus(status);
+    });
+}
+
+/** "12:00:05" for a time on the status's own day, in UTC like every time the CLI prints. */
+const clock = (iso: string) => iso.slice(11, 19);
+
+/** How long before `now` (both ISO times), coarsely. */
+function ago(iso: string, now: string): string {
+  const s = Math.max(0, Math.round((Date.parse(now) - Date.parse(iso)) / 1000));
+  return s < 120 ? `${s} s ago` : s < 7200 ? `${Math.round(s / 60)} min ago` : `${Math.round(s / 3600)} h ago`;
+}
+
+const percent = (share: number) => `${Math.floor(share * 100)}%`;
+
+/** Why it is out of rotation, or how it is held back: the shared health first, then this isolate's view. */
+function endpointState(e: EndpointStatus): string {
+  const states: string[] = [];
+  if (e.health.probe && !e.health.probe.ok) states.push("failing probes");
+  if (e.health.ejectedUntil) states.push(`ejected until ${clock(e.health.ejectedUntil)}`);
+  if (!e.health.routable && states.length === 0) states.push("out of rotation");
+  if (e.isolate.ejectedUntil && e.isolate.ejectedUntil !== e.health.ejectedUntil)
+    states.push(`ejected here until ${clock(e.isolate.ejectedUntil)}`);
+  const routing = states.length === 0;
+  if (e.isolate.probation) states.push("on probation");
+  if (e.isolate.fullUntil) states.push("full");
+  if (routing && e.health.slowStart < 1) states.push(`slow start ${percent(e.health.slowStart)}`);
+  return states.length ? states.join(", ") : "routable";
+}
+
+function probeCell(e: EndpointStatus, now: string): string {
+  const probe = e.health.probe;
+  if (!probe) return "not yet";
+  const result = probe.status !== null ? `${probe.status}` : probe.error!;
+  return `${result} in ${probe.ms} ms, ${ago(probe.at, now)}`;
+}
+
+export function printGatewayStatus(status: GatewayStatus): void {
+  process.stdout.write(
+    `Gateway at ${shortDate(status.at)} UTC: configured by ${status.source}, probes every ${status.probeIntervalMs / 1000} s\n\n`,
+  );
+  printTable(status.pools, [
+    ["pool", (p) => p.name],
+    ["role", (p) => p.role],
+    ["models", (p) => p.models.join(", ")],
+    [
+      "state",
+      (p) =>
+        p.down
+          ? "down (503)"
+          : p.ramp
+            ? `recovering: ${percent(p.ramp.admitted)} of free users until ${clock(p.ramp.endsAt)}`
+            : "up",
+    ],
+    ["endpoints", (p) => p.endpoints.join(", ")],
+  ]);
+  process.stdout.write("\n");
+  printTable(status.endpoints, [
+    ["endpoint", (e) => e.id],
+    ["region", (e) => e.region],
+    ["kind", (e) => e.kind],
+    ["model", (e) => e.model],
+    ["in flight", (e) => `${e.isolate.inflight}/${e.capacity}`],
+    ["state", endpointState],
+    ["last probe", (e) => probeCell(e, status.at)],
+    ["secret", (e) => e.secret],
+  ]);
 }
 
 /** The state as the edge saw it when it answered; lifted wins over expired. */

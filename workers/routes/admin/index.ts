@@ -2,14 +2,16 @@ import { Hono } from "hono";
 import type { AppEnv } from "../../app-env.js";
 import { requireAdmin } from "../../middleware/auth.js";
 import { adminAbuse } from "./abuse.js";
+import { adminGateway } from "./gateway.js";
 import { adminKeys } from "./keys.js";
 import { adminOrgs } from "./orgs.js";
 import { adminUsers } from "./users.js";
 
-/** The operator surface: orgs, users, keys and abuse throttles, behind `ADMIN_SECRET`. */
+/** The operator surface: orgs, users, keys, abuse throttles and the gateway's backends, behind `ADMIN_SECRET`. */
 export const admin = new Hono<AppEnv>()
   .use(requireAdmin)
   .route("/orgs", adminOrgs)
   .route("/users", adminUsers)
   .route("/keys", adminKeys)
-  .route("/abuse", adminAbuse);
+  .route("/abuse", adminAbuse)
+  .route("/gateway", adminGateway);

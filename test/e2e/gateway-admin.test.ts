@@ -1,0 +1,186 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { printGatewayStatus } from "../../client/cli/commands/admin.js";
+import { main } from "../../client/cli/main.js";
+import { EXIT } from "../../client/cli/output.js";
+import type { EndpointStatus, GatewayStatus } from "../../protocol/gateway.js";
+import { captureCli } from "../support/cli-capture.js";
+import { LONDON, VIRGINIA, startGateway, until, type GatewayFixture } from "../support/gateway.js";
+import { savedLocalEdge } from "../support/local-edge.js";
+
+const EAST_SECRET = "sk-east-" + "e".repeat(32);
+
+/**
+ * `GET /admin/gateway` and `sextant admin gateway` against the real local edge, with simulated GPU
+ * backends (stand-ins for vLLM) that fail and recover on cue: what the operator sees must follow
+ * what the probes and real traffic found.
+ */
+describe("the gateway's operator view", () => {
+  let gw: GatewayFixture;
+  const output = captureCli();
+
+  beforeAll(async () => {
+    gw = await startGateway(
+      [
+        { id: "east", models: ["sim-coder"], ttftMs: 5, tokensPerSecond: 500 },
+        { id: "west", models: ["sim-coder"], ttftMs: 5, tokensPerSecond: 500 },
+      ],
+      (urls) => ({
+        pools: {
+          tab: {
+            role: "tab",
+            models: ["tab-sim"],
+            fim: "qwen2.5-coder",
+            endpoints: [
+              {
+                id: "east",
+                region: "us-east",
+                ...VIRGINIA,
+                url: urls.east!,
+                model: "sim-coder",
+                kind: "vllm",
+                capacity: 8,
+                secret: "EAST_KEY",
+              },
+              {
+                id: "west",
+                region: "eu-west",
+                ...LONDON,
+                url: urls.west!,
+                model: "sim-coder",
+                kind: "vllm",
+                capacity: 4,
+                weight: 2,
+              },
+            ],
+            timeouts: { connectMs: 300, firstByteMs: 400, gapMs: 300, deadlineMs: 5_000 },
+            recovery: { rampMs: 60_000, slowStartMs: 60_000 },
+          },
+        },
+        health: { probeIntervalMs: 200, probeTimeoutMs: 1_000, snapshotMaxAgeMs: 100, ejectionMs: 60_000 },
+      }),
+      { EAST_KEY: EAST_SECRET },
+    );
+  }, 120_000);
+  afterAll(async () => gw?.stop());
+
+  const status = () => gw.admin.gateway.status();
+  const endpoint = (s: GatewayStatus, id: string) => s.endpoints.find((e) => e.id === id)!;
+  const probed = (e: EndpointStatus, ok: boolean) => e.health.probe?.ok === ok;
+
+  async function complete() {
+    return gw.openai().completions.create({ model: "tab-sim", prompt: "def add(a, b):", suffix: "\n", max_tokens: 4 });
+  }
+
+  it("lists the pool and its endpoints with their last probe, and names a secret without its value", async () => {
+    const s = await until("both endpoints probed", async () => {
+      const s = await status();
+      return s.endpoints.every((e) => probed(e, true)) ? s : undefined;
+    });
+    expect(s.source).toBe("GATEWAY_CONFIG");
+    expect(s.pools).toEqual([
+      { name: "tab", role: "tab", models: ["tab-sim"], down: false, ramp: null, endpoints: ["east", "west"] },
+    ]);
+    const west = endpoint(s, "west");
+    expect(west).toMatchObject({
+      region: "eu-west",
+      kind: "vllm",
+      url: gw.sim.backend("west").url,
+      model: "sim-coder",
+      capacity: 4,
+      weight: 2,
+      secret: null,
+      health: { routable: true, ejectedUntil: null, since: null, slowStart: 1 },
+      isolate: { inflight: 0, failures: 0, ejectedUntil: null, probation: false, fullUntil: null },
+    });
+    expect(west.health.probe).toMatchObject({ ok: true, status: 200, error: null });
+    expect(endpoint(s, "east").secret).toBe("EAST_KEY");
+
+    const raw = await fetch(`${gw.edge.baseURL}/admin/gateway`, {
+      headers: { Authorization: `Bearer ${savedLocalEdge(gw.edge).adminSecret}` },
+    });
+    expect(raw.headers.get("Content-Type")).toMatch(/^application\/json/);
+    expect(await raw.text()).not.toContain(EAST_SECRET);
+  });
+
+  it("shows an endpoint failing its probes, then its slow start once it recovers", async () => {
+    await gw.sim.backend("west").configure({ fault: { type: "unhealthy" } });
+    const failing = await until("west's probes to fail", async () => {
+      const west = endpoint(await status(), "west");
+      return probed(west, false) ? west : undefined;
+    });
+    expect(failing.health).toMatchObject({ routable: false, slowStart: 1 });
+    expect(failing.health.probe).toMatchObject({ ok: false, status: 503, error: null });
+
+    await gw.sim.backend("west").configure({ fault: { type: "none" } });
+    const back = await until("west to come back", async () => {
+      const west = endpoint(await status(), "west");
+      return west.health.routable ? west : undefined;
+    });
+    expect(back.health.since).not.toBeNull();
+    // A minute of slow start has only just begun.
+    expect(back.health.slowStart).toBeGreaterThanOrEqual(0.1);
+    expect(back.health.slowStart).toBeLessThan(0.5);
+  });
+
+  it("shows an ejection after real traffic failed on the nearest endpoint, in this isolate and shared", async () => {
+    await gw.sim.backend("east").configure({ fault: { type: "status", status: 500 } });
+    // Each request fails over to London and succeeds; the third failure in Virginia ejects it.
+    for (let i = 0; i < 3; i++) expect((await complete()).choices[0]!.text).toBeTruthy();
+    const east = await until("east's ejection to reach the health object", async () => {
+      const east = endpoint(await status(), "east");
+      return east.health.ejectedUntil ? east : undefined;
+    });
+    expect(east.health.routable).toBe(false);
+    // The probes still pass (its health URL answers): the ejection, not a probe, took it out.
+    expect(east.health.probe?.ok).toBe(true);
+    expect(east.isolate).toMatchObject({ probation: true, inflight: 0 });
+    expect(Date.parse(east.isolate.ejectedUntil!)).toBeGreaterThan(Date.now() + 30_000);
+
+    printGatewayStatus(await status());
+    const line = output()
+      .split("\n")
+      .find((l) => l.startsWith("east "))!;
+    expect(line).toMatch(/ejected until \d\d:\d\d:\d\d/);
+    expect(line).toMatch(/on probation/);
+    expect(line).toMatch(/EAST_KEY\s*$/);
+    await gw.sim.backend("east").configure({ fault: { type: "none" } });
+  });
+
+  it("shows a pool down, then its recovery ramp, through `sextant admin gateway`", async () => {
+    for (const id of ["east", "west"]) await gw.sim.backend(id).configure({ fault: { type: "unhealthy" } });
+    await until("the pool to go down", async () => ((await status()).pools[0]!.down ? true : undefined));
+    for (const id of ["east", "west"]) await gw.sim.backend(id).configure({ fault: { type: "none" } });
+    const pool = await until("the ramp to start", async () => (await status()).pools[0]!.ramp ?? undefined);
+    expect(pool.admitted).toBeGreaterThanOrEqual(0);
+    expect(pool.admitted).toBeLessThan(0.5);
+    expect(Date.parse(pool.endsAt) - Date.parse(pool.startedAt)).toBe(60_000);
+
+    const cli = (...args: string[]) =>
+      main(["--base-url", gw.edge.baseURL, "--admin-secret", savedLocalEdge(gw.edge).adminSecret, ...args]);
+    expect(await cli("admin", "gateway")).toBe(EXIT.ok);
+    const text = output();
+    expect(text).toMatch(/configured by GATEWAY_CONFIG, probes every 0\.2 s/);
+    expect(text).toMatch(/^tab\s+tab\s+tab-sim\s+recovering: \d+% of free users until \d\d:\d\d:\d\d\s+east, west$/m);
+    expect(text).toMatch(
+      /^west\s+eu-west\s+vllm\s+sim-coder\s+0\/4\s+.*slow start \d+%\s+200 in [\d.]+ ms, \d+ s ago\s+-$/m,
+    );
+
+    const before = output().length;
+    expect(await cli("--json", "admin", "gateway")).toBe(EXIT.ok);
+    const json = JSON.parse(output().slice(before)) as GatewayStatus;
+    expect(json.pools[0]!.ramp).not.toBeNull();
+  });
+
+  it("refuses without the admin secret, with a wrong one and with an API key", async () => {
+    const url = `${gw.edge.baseURL}/admin/gateway`;
+    const none = await fetch(url);
+    expect(none.status).toBe(401);
+    expect(none.headers.get("Content-Type")).toMatch(/^application\/problem\+json/);
+    expect(((await none.json()) as { code: string }).code).toBe("unauthenticated");
+    for (const token of ["x".repeat(40), gw.apiKey]) {
+      const refused = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+      expect(refused.status).toBe(403);
+      expect(((await refused.json()) as { code: string }).code).toBe("forbidden");
+    }
+  });
+});

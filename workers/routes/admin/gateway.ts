@@ -1,0 +1,124 @@
+import { Hono } from "hono";
+import type { EndpointStatus, GatewayStatus, PoolStatus } from "../../../protocol/gateway.js";
+import type { AppEnv } from "../../app-env.js";
+import { slowStartShare } from "../../gateway/balancer.js";
+import type { ResolvedEndpoint } from "../../gateway/config.js";
+import { gatewayRuntime, healthRecords } from "../../gateway/runtime.js";
+import { ConfigError } from "../../config.js";
+import { ApiError } from "../../problem.js";
+
+const iso = (ms: number | null | undefined) => (ms ? new Date(ms).toISOString() : null);
+const future = (ms: number, now: number) => (ms > now ? new Date(ms).toISOString() : null);
+
+/** The base URL as configured, less anything that could carry a credential. */
+function displayUrl(url: string): string {
+  const parsed = new URL(url);
+  parsed.username = "";
+  parsed.password = "";
+  parsed.search = "";
+  parsed.hash = "";
+  return parsed.toString().replace(/\/+$/, "");
+}
+
+/**
+ * The backends as an operator sees them: each pool's state and recovery ramp, and each endpoint's
+ * last probe, ejection and slow start from the shared health object, beside the in-flight counts
+ * and outlier ejections of the isolate that answers.
+ */
+export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
+  let runtime: ReturnType<typeof gatewayRuntime>;
+  try {
+    runtime = gatewayRuntime(c.env);
+  } catch (err) {
+    // The operator asked: tell them what is wrong with the configuration.
+    if (err instanceof ConfigError)
+      throw new ApiError("internal", `The gateway's configuration is invalid. ${err.message}`);
+    throw err;
+  }
+  if (!runtime)
+    throw new ApiError(
+      "not_found",
+      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (README, "Inference gateway").',
+    );
+  const { gateway, balancer } = runtime;
+  let records: Awaited<ReturnType<typeof healthRecords>>;
+  try {
+    records = await healthRecords(c.env);
+  } catch {
+    throw new ApiError("unavailable", "The gateway's health object did not answer; retry shortly.", {
+      headers: { "Retry-After": "1" },
+    });
+  }
+  const now = Date.now();
+  const vars = c.env as unknown as Record<string, unknown>;
+
+  const pools: PoolStatus[] = gateway.pools.map((pool) => {
+    const shared = records?.pools[pool.name];
+    const started = shared?.outageEndedAt ?? null;
+    const window = pool.recovery.rampMs;
+    const ramping = started !== null && window > 0 && now - started < window;
+    return {
+      name: pool.name,
+      role: pool.role,
+      models: pool.models,
+      down: shared?.down ?? false,
+      ramp: ramping
+        ? {
+            startedAt: iso(started)!,
+            endsAt: iso(started + window)!,
+            admitted: Math.min(1, Math.max(0, (now - started) / window)),
+          }
+        : null,
+      endpoints: pool.endpoints.map((e) => e.id),
+    };
+  });
+
+  /** The longest slow start of the pools that list it: the one that holds it back longest. */
+  const slowStartWindow = (endpoint: ResolvedEndpoint) =>
+    Math.max(
+      0,
+      ...gateway.pools
+        .filter((pool) => pool.endpoints.some((e) => e.id === endpoint.id))
+        .map((pool) => pool.recovery.slowStartMs),
+    );
+
+  const endpoints: EndpointStatus[] = [...gateway.endpoints.values()].map((endpoint) => {
+    const record = records?.endpoints[endpoint.id];
+    const local = balancer.endpoints.get(endpoint.id);
+    const since = Math.max(record?.since ?? 0, local?.recoveredAt ?? 0);
+    const probe = record?.probe;
+    return {
+      id: endpoint.id,
+      region: endpoint.region,
+      kind: endpoint.kind,
+      url: displayUrl(endpoint.url),
+      model: endpoint.model ?? null,
+      capacity: endpoint.capacity,
+      weight: endpoint.weight,
+      secret: endpoint.secret ?? null,
+      health: {
+        routable: record?.routable ?? true,
+        probe: probe ? { ...probe, at: iso(probe.at)!, ms: Math.round(probe.ms * 10) / 10 } : null,
+        ejectedUntil: record ? future(record.ejectedUntil, now) : null,
+        since: iso(record?.since),
+        slowStart: slowStartShare(since, slowStartWindow(endpoint), now),
+      },
+      isolate: {
+        inflight: local?.inflight ?? 0,
+        failures: local?.failures ?? 0,
+        ejectedUntil: local ? future(local.ejectedUntil, now) : null,
+        probation: local?.probation ?? false,
+        fullUntil: local ? future(local.fullUntil, now) : null,
+      },
+    };
+  });
+
+  const status: GatewayStatus = {
+    at: new Date(now).toISOString(),
+    source: vars.GATEWAY_CONFIG !== undefined && vars.GATEWAY_CONFIG !== "" ? "GATEWAY_CONFIG" : "INFERENCE_UPSTREAM",
+    probeIntervalMs: gateway.config.health.probeIntervalMs,
+    pools,
+    endpoints,
+  };
+  return c.json(status);
+});
