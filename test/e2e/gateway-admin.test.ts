@@ -1,3 +1,4 @@
+import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { printGatewayStatus } from "../../client/cli/commands/admin.js";
 import { main } from "../../client/cli/main.js";
@@ -17,8 +18,17 @@ const EAST_SECRET = "sk-east-" + "e".repeat(32);
 describe("the gateway's operator view", () => {
   let gw: GatewayFixture;
   const output = captureCli();
+  // A backend that accepts connections and never answers, for the probe's timeout.
+  let silent: Server;
+  const sockets = new Set<Socket>();
 
   beforeAll(async () => {
+    silent = createServer((socket) => {
+      sockets.add(socket);
+      socket.on("close", () => sockets.delete(socket));
+    });
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const silentPort = (silent.address() as { port: number }).port;
     gw = await startGateway(
       [
         { id: "east", models: ["sim-coder"], ttftMs: 5, tokensPerSecond: 500 },
@@ -55,13 +65,31 @@ describe("the gateway's operator view", () => {
             timeouts: { connectMs: 300, firstByteMs: 400, gapMs: 300, deadlineMs: 5_000 },
             recovery: { rampMs: 60_000, slowStartMs: 60_000 },
           },
+          stuck: {
+            role: "chat",
+            models: ["chat-stuck"],
+            endpoints: [
+              {
+                id: "silent",
+                region: "us-east",
+                ...VIRGINIA,
+                url: `http://127.0.0.1:${silentPort}/v1`,
+                kind: "openai",
+                capacity: 1,
+              },
+            ],
+          },
         },
         health: { probeIntervalMs: 200, probeTimeoutMs: 1_000, snapshotMaxAgeMs: 100, ejectionMs: 60_000 },
       }),
       { EAST_KEY: EAST_SECRET },
     );
   }, 120_000);
-  afterAll(async () => gw?.stop());
+  afterAll(async () => {
+    await gw?.stop();
+    for (const socket of sockets) socket.destroy();
+    silent?.close();
+  });
 
   const status = () => gw.admin.gateway.status();
   const endpoint = (s: GatewayStatus, id: string) => s.endpoints.find((e) => e.id === id)!;
@@ -72,13 +100,15 @@ describe("the gateway's operator view", () => {
   }
 
   it("lists the pool and its endpoints with their last probe, and names a secret without its value", async () => {
-    const s = await until("both endpoints probed", async () => {
+    const s = await until("every endpoint probed", async () => {
       const s = await status();
-      return s.endpoints.every((e) => probed(e, true)) ? s : undefined;
+      const done = probed(endpoint(s, "east"), true) && probed(endpoint(s, "west"), true);
+      return done && endpoint(s, "silent").health.probe ? s : undefined;
     });
     expect(s.source).toBe("GATEWAY_CONFIG");
     expect(s.pools).toEqual([
       { name: "tab", role: "tab", models: ["tab-sim"], down: false, ramp: null, endpoints: ["east", "west"] },
+      { name: "stuck", role: "chat", models: ["chat-stuck"], down: true, ramp: null, endpoints: ["silent"] },
     ]);
     const west = endpoint(s, "west");
     expect(west).toMatchObject({
@@ -94,6 +124,11 @@ describe("the gateway's operator view", () => {
     });
     expect(west.health.probe).toMatchObject({ ok: true, status: 200, error: null });
     expect(endpoint(s, "east").secret).toBe("EAST_KEY");
+    // A backend that never answers its health URL: the probe gives up after probeTimeoutMs.
+    const stuck = endpoint(s, "silent");
+    expect(stuck.health.routable).toBe(false);
+    expect(stuck.health.probe).toMatchObject({ ok: false, status: null, error: "timeout" });
+    expect(stuck.health.probe!.ms).toBeGreaterThanOrEqual(900);
 
     const raw = await fetch(`${gw.edge.baseURL}/admin/gateway`, {
       headers: { Authorization: `Bearer ${savedLocalEdge(gw.edge).adminSecret}` },
