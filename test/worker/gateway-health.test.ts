@@ -115,12 +115,12 @@ describe("GET /admin/gateway", () => {
     account = await createAccount({ plan: "pro" });
   });
 
-  /** The Worker with one variable changed, as a deployment with another configuration would run. */
-  async function withConfig(config: string | undefined): Promise<Response> {
+  /** The Worker with its gateway variables changed, as a deployment with another configuration would run. */
+  async function withConfig(config: string | undefined, vars: Record<string, string> = {}): Promise<Response> {
     const ctx = createExecutionContext();
     const response = await worker.fetch(
       new Request(`${ORIGIN}/admin/gateway`, { headers: { Authorization: `Bearer ${env.ADMIN_SECRET}` } }),
-      { ...env, GATEWAY_CONFIG: config } as unknown as Env,
+      { ...env, GATEWAY_CONFIG: config, ...vars } as unknown as Env,
       ctx,
     );
     await waitOnExecutionContext(ctx);
@@ -175,5 +175,29 @@ describe("GET /admin/gateway", () => {
       "internal",
     );
     expect(schema.detail).toMatch(/configuration is invalid/);
+  });
+
+  // Last: it replaces the isolate's gateway with another configuration's.
+  it("names INFERENCE_UPSTREAM as the source of the one-setting configuration, without its key", async () => {
+    const key = "sk-upstream-" + "u".repeat(24);
+    const status = await expectJson(
+      await withConfig(undefined, { INFERENCE_UPSTREAM: "http://127.0.0.1:1/v1/", INFERENCE_UPSTREAM_API_KEY: key }),
+      200,
+      GatewayStatus,
+    );
+    expect(status.source).toBe("INFERENCE_UPSTREAM");
+    expect(status.pools.map((p) => [p.name, p.models, p.endpoints])).toEqual([
+      ["tab", ["*"], ["upstream"]],
+      ["chat", ["*"], ["upstream"]],
+      ["embed", ["*"], ["upstream"]],
+    ]);
+    expect(status.endpoints).toHaveLength(1);
+    expect(status.endpoints[0]).toMatchObject({
+      id: "upstream",
+      kind: "openai",
+      url: "http://127.0.0.1:1/v1",
+      secret: "INFERENCE_UPSTREAM_API_KEY",
+    });
+    expect(JSON.stringify(status)).not.toContain(key);
   });
 });
