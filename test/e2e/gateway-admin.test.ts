@@ -1,4 +1,5 @@
 import { createServer, type Server, type Socket } from "node:net";
+import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { printGatewayStatus } from "../../client/cli/commands/admin.js";
 import { main } from "../../client/cli/main.js";
@@ -9,6 +10,8 @@ import { LONDON, VIRGINIA, startGateway, until, type GatewayFixture } from "../s
 import { savedLocalEdge } from "../support/local-edge.js";
 
 const EAST_SECRET = "sk-east-" + "e".repeat(32);
+/** A prompt that must never reach the logs. */
+const SECRET_PROMPT = "def reconcileBlackwaterLedger(entries):";
 
 /**
  * `GET /admin/gateway` and `sextant admin gateway` against the real local edge, with simulated GPU
@@ -95,6 +98,14 @@ describe("the gateway's operator view", () => {
   const endpoint = (s: GatewayStatus, id: string) => s.endpoints.find((e) => e.id === id)!;
   const probed = (e: EndpointStatus, ok: boolean) => e.health.probe?.ok === ok;
 
+  /** The Worker's structured log lines with this message. */
+  const logged = (message: string) =>
+    gw.edge
+      .output()
+      .split("\n")
+      .filter((line) => line.includes(`"message":"${message}"`))
+      .map((line) => JSON.parse(line.slice(line.indexOf("{"))) as Record<string, unknown>);
+
   async function complete() {
     return gw.openai().completions.create({ model: "tab-sim", prompt: "def add(a, b):", suffix: "\n", max_tokens: 4 });
   }
@@ -178,7 +189,48 @@ describe("the gateway's operator view", () => {
     expect(line).toMatch(/ejected until \d\d:\d\d:\d\d/);
     expect(line).toMatch(/on probation/);
     expect(line).toMatch(/EAST_KEY\s*$/);
+    // The ejection is in the Worker's log, with the reason but nothing the backend said.
+    await until("the log line", () => logged("endpoint ejected").at(-1));
+    expect(logged("endpoint ejected")).toEqual([
+      expect.objectContaining({ level: "warn", endpoint: "east", reason: "status 500", requestId: expect.any(String) }),
+    ]);
     await gw.sim.backend("east").configure({ fault: { type: "none" } });
+  });
+
+  it("logs a request that no backend answered and a stream that broke, with reasons and no content", async () => {
+    // East is still ejected: west alone serves the pool.
+    await gw.sim.backend("west").configure({ fault: { type: "status", status: 502 } });
+    const refused = await complete().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(OpenAI.APIError);
+    expect((refused as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect(await until("the log line", () => logged("no backend answered").at(-1))).toMatchObject({
+      pool: "tab",
+      code: "upstream_failure",
+      attempts: 1,
+      failures: [{ endpoint: "west", reason: "status 502" }],
+    });
+
+    await gw.sim.backend("west").configure({ fault: { type: "hangMidStream", afterTokens: 2 } });
+    const stream = await gw
+      .openai()
+      .completions.create({ model: "tab-sim", prompt: SECRET_PROMPT, max_tokens: 8, stream: true });
+    const broke = await (async () => {
+      for await (const _ of stream) void _;
+    })().catch((err: unknown) => err as Error);
+    expect(broke).toBeInstanceOf(Error);
+    // The log reaches the edge's output through a pipe, a moment after the client's answer.
+    expect(await until("the log line", () => logged("stream broke").at(-1))).toMatchObject({
+      pool: "tab",
+      endpoint: "west",
+      reason: "gap-timeout",
+      events: 2,
+      resumedOn: null,
+    });
+    await gw.sim.backend("west").configure({ fault: { type: "none" } });
+    expect(gw.edge.output()).not.toContain("Blackwater");
   });
 
   it("shows a pool down, then its recovery ramp, through `sextant admin gateway`", async () => {

@@ -45,7 +45,9 @@ export interface ProxyRequest {
   /** Below 1 while a pool ramps up after an outage: the share of capacity this caller may take. */
   capacityShare: number;
   /** Passive ejection: tells the shared health object, off the hot path. */
-  eject(endpointId: string, until: number): void;
+  eject(endpointId: string, until: number, reason: string): void;
+  /** Writes one structured line to the Worker's log: endpoints, reasons and counts, never content. */
+  log(message: string, fields: Record<string, unknown>): void;
 }
 
 const PATHS: Record<Surface, string> = {
@@ -57,6 +59,11 @@ const PATHS: Record<Surface, string> = {
 /** Why an attempt failed, and whether another endpoint may be tried. */
 interface Failure {
   ok: false;
+  /**
+   * What went wrong, as a fixed word (`status` comes with the code): what the logs may say. The
+   * `detail` can quote the backend, which may quote the prompt, so it goes to the client only.
+   */
+  reason: FailureReason;
   retryable: boolean;
   /** Counts towards the endpoint's passive ejection. */
   unhealthy: boolean;
@@ -120,9 +127,26 @@ function upstreamBody(req: ProxyRequest, endpoint: ResolvedEndpoint): Record<str
   return body;
 }
 
-function failure(detail: string, options: Partial<Failure> = {}): Failure {
-  return { ok: false, retryable: true, unhealthy: true, timeout: false, detail, ...options };
+type FailureReason =
+  | "cancelled"
+  | "connect-timeout"
+  | "unreachable"
+  | "status"
+  | "empty-stream"
+  | "error-event"
+  | "first-token-timeout"
+  | "ended-early"
+  | "broken-stream"
+  | "answer-timeout"
+  | "broken-answer"
+  | "not-json";
+
+function failure(reason: FailureReason, detail: string, options: Partial<Failure> = {}): Failure {
+  return { ok: false, reason, retryable: true, unhealthy: true, timeout: false, detail, ...options };
 }
+
+/** A failure as the logs show it: `status 500`, `connect-timeout`, … */
+const logged = (f: Failure) => (f.reason === "status" ? `status ${f.status}` : f.reason);
 
 async function errorMessage(response: Response): Promise<string> {
   const text = (await response.text().catch(() => "")).slice(0, ERROR_SNIPPET);
@@ -175,25 +199,33 @@ async function attempt(
   } catch (err) {
     clearTimeout(timer);
     if (req.signal.aborted)
-      return failure("the client went away", { aborted: true, retryable: false, unhealthy: false });
-    if (timedOut) return failure(`${endpoint.id} sent no response headers within ${headersMs} ms`, { timeout: true });
-    if (controller.signal.aborted) return failure("cancelled", { aborted: true, retryable: false, unhealthy: false });
-    return failure(`${endpoint.id} could not be reached: ${err instanceof Error ? err.message : String(err)}`);
+      return failure("cancelled", "the client went away", { aborted: true, retryable: false, unhealthy: false });
+    if (timedOut)
+      return failure("connect-timeout", `${endpoint.id} sent no response headers within ${headersMs} ms`, {
+        timeout: true,
+      });
+    if (controller.signal.aborted)
+      return failure("cancelled", "cancelled", { aborted: true, retryable: false, unhealthy: false });
+    return failure(
+      "unreachable",
+      `${endpoint.id} could not be reached: ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
   clearTimeout(timer);
 
   if (!response.ok) {
     const message = await errorMessage(response);
     const status = response.status;
-    if (status === 400 || status === 422) return failure(message, { retryable: false, unhealthy: false, status });
+    if (status === 400 || status === 422)
+      return failure("status", message, { retryable: false, unhealthy: false, status });
     // 429 and 503 (Anthropic's 529) mean "full", not "broken": try elsewhere without counting towards ejection.
     const full = status === 429 || status === 503 || status === 529;
-    return failure(`${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, full, status });
+    return failure("status", `${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, full, status });
   }
 
   const firstByteMs = Math.min(timeouts.firstByteMs, remaining());
   if (req.stream) {
-    if (!response.body) return failure(`${endpoint.id} sent an empty stream`);
+    if (!response.body) return failure("empty-stream", `${endpoint.id} sent an empty stream`);
     accepted();
     const reader = new SseReader(response.body, anthropic ? anthropicStream() : undefined);
     const first = await reader.next(firstByteMs);
@@ -203,16 +235,17 @@ async function attempt(
       reader.cancel();
       // An overloaded backend is full, not broken: it does not count towards ejection.
       const full = parsed.overloaded ? { full: true, unhealthy: false } : {};
-      return failure(`${endpoint.id} failed before its first token: ${parsed.error}`, full);
+      return failure("error-event", `${endpoint.id} failed before its first token: ${parsed.error}`, full);
     }
     reader.cancel();
     if (req.signal.aborted)
-      return failure("the client went away", { aborted: true, retryable: false, unhealthy: false });
-    if (controller.signal.aborted) return failure("cancelled", { aborted: true, retryable: false, unhealthy: false });
+      return failure("cancelled", "the client went away", { aborted: true, retryable: false, unhealthy: false });
+    if (controller.signal.aborted)
+      return failure("cancelled", "cancelled", { aborted: true, retryable: false, unhealthy: false });
     if (first.type === "timeout")
-      return failure(`${endpoint.id} sent no token within ${firstByteMs} ms`, { timeout: true });
-    if (first.type === "end") return failure(`${endpoint.id} ended the stream before its first token`);
-    return failure(`${endpoint.id}: ${first.message}`);
+      return failure("first-token-timeout", `${endpoint.id} sent no token within ${firstByteMs} ms`, { timeout: true });
+    if (first.type === "end") return failure("ended-early", `${endpoint.id} ended the stream before its first token`);
+    return failure("broken-stream", `${endpoint.id}: ${first.message}`);
   }
 
   let bodyTimer: ReturnType<typeof setTimeout> | undefined;
@@ -223,13 +256,14 @@ async function attempt(
   if (bodyTimer !== undefined) clearTimeout(bodyTimer);
   if (text === "timeout") {
     controller.abort(new Error("first byte timeout"));
-    return failure(`${endpoint.id} did not answer within ${firstByteMs} ms`, { timeout: true });
+    return failure("answer-timeout", `${endpoint.id} did not answer within ${firstByteMs} ms`, { timeout: true });
   }
   if (text === undefined) {
     if (req.signal.aborted)
-      return failure("the client went away", { aborted: true, retryable: false, unhealthy: false });
-    if (controller.signal.aborted) return failure("cancelled", { aborted: true, retryable: false, unhealthy: false });
-    return failure(`${endpoint.id} broke off its answer`);
+      return failure("cancelled", "the client went away", { aborted: true, retryable: false, unhealthy: false });
+    if (controller.signal.aborted)
+      return failure("cancelled", "cancelled", { aborted: true, retryable: false, unhealthy: false });
+    return failure("broken-answer", `${endpoint.id} broke off its answer`);
   }
   try {
     const body = JSON.parse(text) as unknown;
@@ -242,7 +276,7 @@ async function attempt(
   } catch {
     // Falls through.
   }
-  return failure(`${endpoint.id} answered with something that is not a JSON object`);
+  return failure("not-json", `${endpoint.id} answered with something that is not a JSON object`);
 }
 
 /** Error types and codes by which a backend says it is overloaded rather than broken. */
@@ -308,6 +342,8 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
   const running = new Set<Attempt>();
   let attempts = 0;
   let lastFailure: Failure | undefined;
+  /** Every attempt that failed before an answer, for the log line of a request none answered. */
+  const failures: { endpoint: string; reason: string }[] = [];
   let hedged = false;
   let finished = false;
   const usage: Usage = { promptTokens: 0, completionTokens: 0 };
@@ -394,7 +430,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
       end(a);
       if (!outcome.ok && outcome.unhealthy && !outcome.aborted) {
         const until = balancer.failed(endpoint, Date.now(), peers(req));
-        if (until !== undefined) req.eject(endpoint.id, until);
+        if (until !== undefined) req.eject(endpoint.id, until, logged(outcome));
       }
     }
     return undefined;
@@ -462,10 +498,11 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
         }
         end(a);
         lastFailure = outcome;
+        if (!outcome.aborted) failures.push({ endpoint: a.endpoint.id, reason: logged(outcome) });
         if (outcome.full) balancer.full(a.endpoint, Date.now());
         if (outcome.unhealthy && !outcome.aborted) {
           const until = balancer.failed(a.endpoint, Date.now(), peers(req));
-          if (until !== undefined) req.eject(a.endpoint.id, until);
+          if (until !== undefined) req.eject(a.endpoint.id, until, logged(outcome));
         }
         if (outcome.aborted && req.signal.aborted) break;
         if (!outcome.retryable && running.size === 0) break;
@@ -484,8 +521,10 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
         throw new ApiError("unavailable", `No backend of pool ${pool.name} has room right now.`, {
           headers: { "Retry-After": "1" },
         });
+      const code = lastFailure.timeout ? "upstream_timeout" : "upstream_failure";
+      req.log("no backend answered", { pool: pool.name, code, attempts, failures });
       throw new ApiError(
-        lastFailure.timeout ? "upstream_timeout" : "upstream_failure",
+        code,
         `No backend of pool ${pool.name} answered (${attempts} attempt${attempts === 1 ? "" : "s"}): ${lastFailure.detail}`,
       );
     } catch (err) {
@@ -509,6 +548,10 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
   if (refused) throw refused.error;
   return relay(req, decided, usage, finish, resume);
 }
+
+/** How a stream that broke after its first token is reported to the client, and to the logs. */
+type BreakCode = "upstream_failure" | "upstream_timeout";
+type BreakReason = "error-event" | "gap-timeout" | "ended-early" | "broken-stream";
 
 /** The attempt that answered, and how to give its endpoint slot back. */
 interface Win {
@@ -663,7 +706,8 @@ function relay(
 
   /** A leg broke after its first token: resume elsewhere (tab), or end with an explicit error event. */
   const broke = async (
-    code: "upstream_failure" | "upstream_timeout",
+    code: BreakCode,
+    reason: BreakReason,
     detail: string,
     emit: (text: string) => void,
     overloaded = false,
@@ -672,12 +716,19 @@ function relay(
     if (overloaded) req.balancer.full(failed.a.endpoint, Date.now());
     else {
       const until = req.balancer.failed(failed.a.endpoint, Date.now(), peers(req));
-      if (until !== undefined) req.eject(failed.a.endpoint.id, until);
+      if (until !== undefined) req.eject(failed.a.endpoint.id, until, reason);
     }
     failed.outcome.reader.cancel();
     failed.a.controller.abort(new Error(detail));
     const next = await resume(state.text, state.events, failed.a);
     failed.release();
+    req.log("stream broke", {
+      pool: req.pool.name,
+      endpoint: failed.a.endpoint.id,
+      reason: overloaded ? "overloaded" : reason,
+      events: state.events,
+      resumedOn: next && !closed ? next.a.endpoint.id : null,
+    });
     if (next && !closed) {
       leg = next;
       state.carried = state.events;
@@ -740,15 +791,15 @@ function relay(
         };
         return false;
       }
-      const [code, detail]: ["upstream_failure" | "upstream_timeout", string] =
+      const [code, reason, detail]: [BreakCode, BreakReason, string] =
         problem !== undefined
-          ? ["upstream_failure", `The backend failed mid-stream: ${problem}.`]
+          ? ["upstream_failure", "error-event", `The backend failed mid-stream: ${problem}.`]
           : item.type === "timeout"
-            ? ["upstream_timeout", `The backend sent nothing for ${gapMs} ms.`]
+            ? ["upstream_timeout", "gap-timeout", `The backend sent nothing for ${gapMs} ms.`]
             : item.type === "end"
-              ? ["upstream_failure", "The backend ended the stream early."]
-              : ["upstream_failure", `${(item as { message: string }).message}.`];
-      if (!(await broke(code, detail, emit, overloaded))) return false;
+              ? ["upstream_failure", "ended-early", "The backend ended the stream early."]
+              : ["upstream_failure", "broken-stream", `${(item as { message: string }).message}.`];
+      if (!(await broke(code, reason, detail, emit, overloaded))) return false;
       if (emitted) return true;
     }
   };

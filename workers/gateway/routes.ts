@@ -143,6 +143,10 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
       });
   };
 
+  /** What went wrong with the backends, for operators: ids, reasons and counts, never a prompt or an answer. */
+  const log = (message: string, fields: Record<string, unknown>) =>
+    console.error(JSON.stringify({ level: "warn", message, requestId: c.get("requestId"), ...fields }));
+
   const response = await proxy({
     gateway,
     balancer,
@@ -162,7 +166,11 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     finish,
     waitUntil,
     capacityShare: ramp.capacityShare,
-    eject: (id, until) => reportEjection(c.env, id, until, waitUntil),
+    eject: (id, until, reason) => {
+      log("endpoint ejected", { endpoint: id, until: new Date(until).toISOString(), reason });
+      reportEjection(c.env, id, until, waitUntil);
+    },
+    log,
   });
   for (const [name, value] of Object.entries(limits.headers)) response.headers.set(name, value);
   return response;
