@@ -177,26 +177,24 @@ export class GatewayHealth extends DurableObject<Env> {
     const state = this.load(gateway);
     const { probeTimeoutMs, probeIntervalMs } = gateway.config.health;
     const vars = this.env as unknown as Record<string, string | undefined>;
-    const results = await Promise.all(
+    // Each result counts as soon as it comes: one backend that hangs until the probe's timeout
+    // does not hold back what the others' probes found.
+    await Promise.all(
       [...gateway.endpoints.values()].map(async (endpoint) => {
         const probe = await this.probe(
           endpoint.healthUrl,
           probeTimeoutMs,
           backendHeaders(endpoint.kind, endpoint.secret ? vars[endpoint.secret] : undefined),
         );
-        return [endpoint.id, probe] as const;
+        const record = state.endpoints[endpoint.id]!;
+        record.probe = probe;
+        // Recovery the probes can see ends an ejection at once: it was an outage, and it is over.
+        if (probe.ok && !record.probeOk) record.ejectedUntil = 0;
+        record.probeOk = probe.ok;
+        this.settle(gateway, state, Date.now());
+        this.save(state);
       }),
     );
-    for (const [id, probe] of results) {
-      const record = state.endpoints[id]!;
-      const ok = probe.ok;
-      record.probe = probe;
-      // Recovery the probes can see ends an ejection at once: it was an outage, and it is over.
-      if (ok && !record.probeOk) record.ejectedUntil = 0;
-      record.probeOk = ok;
-    }
-    this.settle(gateway, state, Date.now());
-    this.save(state);
     if (Date.now() - this.lastRead < IDLE_MS) await this.ctx.storage.setAlarm(Date.now() + probeIntervalMs);
   }
 }

@@ -150,10 +150,14 @@ describe("the gateway's operator view", () => {
 
   it("shows an endpoint failing its probes, then its slow start once it recovers", async () => {
     await gw.sim.backend("west").configure({ fault: { type: "unhealthy" } });
-    const failing = await until("west's probes to fail", async () => {
-      const west = endpoint(await status(), "west");
-      return probed(west, false) ? west : undefined;
+    const seen = await until("west's probes to fail", async () => {
+      const s = await status();
+      return probed(endpoint(s, "west"), false) ? s : undefined;
     });
+    const failing = endpoint(seen, "west");
+    // Each probe counts as soon as it answers: west's failure shows while the silent backend's probe
+    // of the same round still waits for its timeout, whose last result is a round older.
+    expect(Date.parse(endpoint(seen, "silent").health.probe!.at)).toBeLessThan(Date.parse(failing.health.probe!.at));
     expect(failing.health).toMatchObject({ routable: false, slowStart: 1 });
     expect(failing.health.probe).toMatchObject({ ok: false, status: 503, error: null });
 
