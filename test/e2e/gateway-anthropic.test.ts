@@ -328,15 +328,11 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
 
   it("ends a Messages API stream that broke mid-way with one explicit error event, never a silent truncation", async () => {
     await gw.sim.backend("claude").configure({ fault: { type: "malformedSse", afterTokens: 2 } });
-    const raw = await fetch(`${gw.edge.baseURL}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-      body: JSON.stringify({
-        model: "claude",
-        messages: [{ role: "user", content: "Hi" }],
-        max_tokens: 5,
-        stream: true,
-      }),
+    const raw = await gw.post("/chat/completions", {
+      model: "claude",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 5,
+      stream: true,
     });
     expect(raw.status).toBe(200);
     const text = await raw.text();

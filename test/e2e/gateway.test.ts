@@ -5,6 +5,9 @@ import { TabSession } from "../../client/sdk/tab-session.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 import { LONDON, VIRGINIA, sleep, startGateway, until, type GatewayFixture } from "../support/gateway.js";
 
+/** A streamed tab completion of three tokens, for the tests that read the raw SSE. */
+const SHORT_TAB_STREAM = { model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true };
+
 const POOL_SECRET = "pool-secret-0123456789abcdef";
 
 /**
@@ -182,11 +185,7 @@ describe("the inference gateway with the openai SDK", () => {
     // 5 tokens/s: 200 ms between tokens, ten times the heartbeat interval.
     await gw.sim.backend("east").configure({ tokensPerSecond: 5 });
     try {
-      const raw = await fetch(`${gw.edge.baseURL}/v1/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-        body: JSON.stringify({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true }),
-      });
+      const raw = await gw.post("/completions", SHORT_TAB_STREAM);
       const text = await raw.text();
       const named = text.indexOf(": backend=east region=us-east\n\n");
       expect(named).toBeGreaterThanOrEqual(0);
@@ -196,15 +195,11 @@ describe("the inference gateway with the openai SDK", () => {
       expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
 
       // The apply pool's heartbeat is 150 ms: at most one comment in each 200 ms gap.
-      const slow = await fetch(`${gw.edge.baseURL}/v1/chat/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-        body: JSON.stringify({
-          model: "apply-sim",
-          messages: [{ role: "user", content: "apply" }],
-          max_tokens: 3,
-          stream: true,
-        }),
+      const slow = await gw.post("/chat/completions", {
+        model: "apply-sim",
+        messages: [{ role: "user", content: "apply" }],
+        max_tokens: 3,
+        stream: true,
       });
       const slowText = await slow.text();
       expect(slowText.trimEnd().endsWith("data: [DONE]")).toBe(true);
@@ -225,11 +220,7 @@ describe("the inference gateway with the openai SDK", () => {
 
   it("ends a stream that every backend accepted and then failed with one error event the SDK raises", async () => {
     for (const b of gw.sim.backends) await b.configure({ fault: { type: "malformedSse", afterTokens: 0 } });
-    const raw = await fetch(`${gw.edge.baseURL}/v1/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-      body: JSON.stringify({ model: "tab-sim", prompt: "def f(", suffix: ")", max_tokens: 3, stream: true }),
-    });
+    const raw = await gw.post("/completions", SHORT_TAB_STREAM);
     // The response began when the first backend accepted the request.
     expect(raw.status).toBe(200);
     const text = await raw.text();
@@ -346,11 +337,7 @@ describe("the inference gateway with the openai SDK", () => {
     expect((invalid as InstanceType<typeof OpenAI.APIError>).headers?.get("content-type")).toBe(
       "application/problem+json",
     );
-    const batch = await fetch(`${gw.edge.baseURL}/v1/completions`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${gw.apiKey}`, "Content-Type": "application/json" },
-      body: JSON.stringify({ model: "tab-sim", prompt: ["a", "b"] }),
-    });
+    const batch = await gw.post("/completions", { model: "tab-sim", prompt: ["a", "b"] });
     expect(batch.status).toBe(400);
     expect(generations()).toHaveLength(0);
   });

@@ -13,6 +13,8 @@ export interface GatewayFixture {
   apiKey: string;
   admin: SextantAdmin;
   openai(options?: { apiKey?: string; timeout?: number; defaultHeaders?: Record<string, string> }): OpenAI;
+  /** `POST /v1<path>` with the fixture's key and a JSON body, for what the SDK hides (raw SSE, status codes). */
+  post(path: string, body: unknown): Promise<Response>;
   /** A new org of this plan with one user and key. */
   account(plan: "free" | "pro" | "business"): Promise<{ apiKey: string; userId: string; keyId: string; orgId: string }>;
   stop(): Promise<void>;
@@ -52,6 +54,12 @@ export async function startGateway(
         maxRetries: 0,
         timeout: options.timeout ?? 20_000,
         defaultHeaders: options.defaultHeaders,
+      }),
+    post: (path, body) =>
+      fetch(`${edge.baseURL}/v1${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${local.apiKey}` },
+        body: JSON.stringify(body),
       }),
     account: async (plan) => {
       const n = ++accounts;

@@ -289,18 +289,13 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
   let spoke = false;
   /** Content block index → tool call index, for the blocks that are tool calls. */
   const tools = new Map<number, number>();
+  const envelope = (fields: Json) => JSON.stringify({ id, object: "chat.completion.chunk", created, model, ...fields });
   const chunk = (delta: Json, finish: string | null = null) => {
     if (!spoke && finish === null) {
       spoke = true;
       delta = { role: "assistant", ...delta };
     }
-    return JSON.stringify({
-      id,
-      object: "chat.completion.chunk",
-      created,
-      model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-    });
+    return envelope({ choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] });
   };
   const none: Translated = { events: [], done: false };
   return (event, data) => {
@@ -362,19 +357,7 @@ export function anthropicStream(): (event: string | undefined, data: string) => 
         return stop ? { events: [chunk({}, stop)], done: false } : none;
       }
       case "message_stop":
-        return {
-          events: [
-            JSON.stringify({
-              id,
-              object: "chat.completion.chunk",
-              created,
-              model,
-              choices: [],
-              usage: openAiUsage(prompt, completion, cached),
-            }),
-          ],
-          done: true,
-        };
+        return { events: [envelope({ choices: [], usage: openAiUsage(prompt, completion, cached) })], done: true };
       case "error": {
         const error = isObject(value.error) ? value.error : {};
         const message = typeof error.message === "string" ? error.message : "the backend reported an error";

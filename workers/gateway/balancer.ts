@@ -40,6 +40,12 @@ export function slowStartShare(since: number, windowMs: number, now: number): nu
   return Math.min(1, Math.max(MIN_SLOW_START, (now - since) / windowMs));
 }
 
+/** How far a pool's recovery ramp has come since its outage ended, from 0 to 1; 1 when none is in progress. */
+export function rampProgress(outageEndedAt: number | null | undefined, rampMs: number, now: number): number {
+  if (!outageEndedAt || rampMs === 0) return 1;
+  return Math.min(1, Math.max(0, (now - outageEndedAt) / rampMs));
+}
+
 class EndpointState {
   inflight = 0;
   failures = 0;
@@ -140,16 +146,14 @@ export class Balancer {
         reason: "pool_down",
         retryAfterSeconds: Math.ceil(this.config.health.probeIntervalMs / 1000),
       };
-    const ended = state?.outageEndedAt;
-    const window = pool.recovery.rampMs;
-    if (!ended || window === 0) return { ok: true, capacityShare: 1 };
-    const progress = (now - ended) / window;
+    const progress = rampProgress(state?.outageEndedAt, pool.recovery.rampMs, now);
     if (progress >= 1) return { ok: true, capacityShare: 1 };
     // Paid tiers first: the share of users admitted also bounds the capacity they may take, so the
     // slow-start slots go to paid requests before free ones.
     if (paid) return { ok: true, capacityShare: 1 };
     if (userShare(userId) < progress) return { ok: true, capacityShare: progress };
-    return { ok: false, reason: "ramp", retryAfterSeconds: Math.max(1, Math.ceil((ended + window - now) / 1000)) };
+    const rest = (1 - progress) * pool.recovery.rampMs;
+    return { ok: false, reason: "ramp", retryAfterSeconds: Math.max(1, Math.ceil(rest / 1000)) };
   }
 
   /** Takes a class slot; false when the class's concurrency budget in this isolate is spent. */

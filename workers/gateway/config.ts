@@ -44,6 +44,8 @@ export interface Gateway {
   endpoints: Map<string, ResolvedEndpoint>;
   /** A stable fingerprint, so the health object knows when the configuration changed. */
   fingerprint: string;
+  /** The setting it came from: the whole configuration, or one OpenAI-compatible server for every pool. */
+  source: "GATEWAY_CONFIG" | "INFERENCE_UPSTREAM";
   poolFor(surface: Surface, model: string): ResolvedPool | undefined;
   /** Public model names, for `/v1/models`. */
   models(): { id: string; role: PoolRole; pool: string }[];
@@ -116,7 +118,7 @@ const SURFACE_ROLES: Record<Surface, PoolRole[]> = {
   embeddings: ["embed"],
 };
 
-function resolve(config: GatewayConfig): Gateway {
+function resolve(config: GatewayConfig, source: Gateway["source"]): Gateway {
   const pools = Object.entries(config.pools).map(([name, pool]) => ({
     ...pool,
     name,
@@ -146,6 +148,7 @@ function resolve(config: GatewayConfig): Gateway {
     pools,
     endpoints,
     fingerprint: JSON.stringify(config),
+    source,
     poolFor: (surface, model) => byModel.get(`${surface}\0${model}`) ?? byModel.get(`${surface}\0*`),
     models: () =>
       pools.flatMap((pool) =>
@@ -162,14 +165,17 @@ export function loadGateway(env: Env): Gateway | null {
   if (cached !== undefined) return cached;
   const vars = env as unknown as Record<string, unknown>;
   let input: unknown;
+  let source: Gateway["source"];
   const raw = vars.GATEWAY_CONFIG;
   if (raw !== undefined && raw !== "") {
+    source = "GATEWAY_CONFIG";
     try {
       input = typeof raw === "string" ? JSON.parse(raw) : raw;
     } catch (err) {
       throw new ConfigError(`GATEWAY_CONFIG is not valid JSON: ${(err as Error).message}`);
     }
   } else if (vars.INFERENCE_UPSTREAM) {
+    source = "INFERENCE_UPSTREAM";
     input = shortcutConfig(vars);
   } else {
     loaded.set(env, null);
@@ -180,7 +186,7 @@ export function loadGateway(env: Env): Gateway | null {
     const issues = parsed.error.issues.map((issue) => `${issue.path.join(".")}: ${issue.message}`);
     throw new ConfigError(`Invalid GATEWAY_CONFIG: ${issues.join("; ")}`);
   }
-  const gateway = resolve(parsed.data);
+  const gateway = resolve(parsed.data, source);
   for (const endpoint of gateway.endpoints.values())
     if (endpoint.secret && !vars[endpoint.secret])
       throw new ConfigError(

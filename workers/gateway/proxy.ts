@@ -218,8 +218,8 @@ async function attempt(
     const status = response.status;
     if (status === 400 || status === 422)
       return failure("status", message, { retryable: false, unhealthy: false, status });
-    // 429 and 503 (Anthropic's 529) mean "full", not "broken": try elsewhere without counting towards ejection.
-    const full = status === 429 || status === 503 || status === 529;
+    // "Full", not "broken": try elsewhere without counting towards ejection.
+    const full = FULL_STATUSES.has(status);
     return failure("status", `${endpoint.id} answered ${status}: ${message}`, { unhealthy: !full, full, status });
   }
 
@@ -279,15 +279,16 @@ async function attempt(
   return failure("not-json", `${endpoint.id} answered with something that is not a JSON object`);
 }
 
-/** Error types and codes by which a backend says it is overloaded rather than broken. */
+/** Statuses by which a backend says it is full rather than broken: 429, 503, and Anthropic's 529. */
+const FULL_STATUSES = new Set<unknown>([429, 503, 529]);
+
+/** Error types and codes by which a backend says, in an error event, that it is overloaded. */
 const OVERLOADED = new Set<unknown>([
   "overloaded_error",
   "rate_limit_error",
   "RateLimitError",
   "ServiceUnavailableError",
-  429,
-  503,
-  529,
+  ...FULL_STATUSES,
 ]);
 
 /**

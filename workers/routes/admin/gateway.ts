@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import type { EndpointStatus, GatewayStatus, PoolStatus } from "../../../protocol/gateway.js";
 import type { AppEnv } from "../../app-env.js";
-import { slowStartShare } from "../../gateway/balancer.js";
+import { rampProgress, slowStartShare } from "../../gateway/balancer.js";
 import type { ResolvedEndpoint } from "../../gateway/config.js";
 import { gatewayRuntime, healthRecords } from "../../gateway/runtime.js";
 import { ConfigError } from "../../config.js";
@@ -50,25 +50,20 @@ export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
     });
   }
   const now = Date.now();
-  const vars = c.env as unknown as Record<string, unknown>;
 
   const pools: PoolStatus[] = gateway.pools.map((pool) => {
     const shared = records?.pools[pool.name];
     const started = shared?.outageEndedAt ?? null;
-    const window = pool.recovery.rampMs;
-    const ramping = started !== null && window > 0 && now - started < window;
+    const admitted = rampProgress(started, pool.recovery.rampMs, now);
     return {
       name: pool.name,
       role: pool.role,
       models: pool.models,
       down: shared?.down ?? false,
-      ramp: ramping
-        ? {
-            startedAt: iso(started)!,
-            endsAt: iso(started + window)!,
-            admitted: Math.min(1, Math.max(0, (now - started) / window)),
-          }
-        : null,
+      ramp:
+        started !== null && admitted < 1
+          ? { startedAt: iso(started)!, endsAt: iso(started + pool.recovery.rampMs)!, admitted }
+          : null,
       endpoints: pool.endpoints.map((e) => e.id),
     };
   });
@@ -115,7 +110,7 @@ export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
 
   const status: GatewayStatus = {
     at: new Date(now).toISOString(),
-    source: vars.GATEWAY_CONFIG !== undefined && vars.GATEWAY_CONFIG !== "" ? "GATEWAY_CONFIG" : "INFERENCE_UPSTREAM",
+    source: gateway.source,
     probeIntervalMs: gateway.config.health.probeIntervalMs,
     pools,
     endpoints,
