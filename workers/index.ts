@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { requestId } from "hono/request-id";
 import type { AppEnv } from "./app-env.js";
 import { conventions } from "./middleware/conventions.js";
-import { ApiError, problemResponse, toApiError } from "./problem.js";
+import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem.js";
 import { admin } from "./routes/admin/index.js";
 import { errors } from "./routes/errors.js";
 import { gateway } from "./gateway/routes.js";
@@ -14,6 +14,7 @@ import { workspaces } from "./routes/workspaces.js";
 
 const app = new Hono<AppEnv>()
   .use(requestId({ headerName: "X-Request-Id", limitLength: 128 }))
+  .use(thrownAsErrors)
   .use(conventions)
   .route("/", health)
   .route("/errors", errors)

@@ -1,4 +1,5 @@
 import type { Context } from "hono";
+import { createMiddleware } from "hono/factory";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { codeForStatus, ERROR_CODES, PROBLEM_CONTENT_TYPE, problemType, type ErrorCode } from "../protocol/errors.js";
@@ -56,3 +57,17 @@ export function toApiError(err: unknown, requestId: string): ApiError {
   }
   return new ApiError("internal", `Something went wrong on our side. Quote request id ${requestId} when reporting it.`);
 }
+
+/**
+ * Hono hands `onError` only what is an `Error`: anything else thrown below this middleware (a bare
+ * string, a promise rejected with a plain value) would reach the runtime, which answers a
+ * text/plain 500 without the request id. Wrapped, it takes the one error path.
+ */
+export const thrownAsErrors = createMiddleware(async (_c, next) => {
+  try {
+    await next();
+  } catch (err) {
+    if (err instanceof Error) throw err;
+    throw new Error(`A non-Error value was thrown (${typeof err})`, { cause: err });
+  }
+});

@@ -1,8 +1,11 @@
 import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
+import { Hono } from "hono";
+import { requestId } from "hono/request-id";
 import { describe, expect, it } from "vitest";
 import worker from "../../workers/index.js";
 import { ERROR_CODES } from "../../protocol/errors.js";
 import { Health } from "../../protocol/schemas.js";
+import { problemResponse, thrownAsErrors, toApiError } from "../../workers/problem.js";
 import { call, expectJson, expectProblem, ORIGIN } from "./harness.js";
 
 describe("HTTP conventions", () => {
@@ -61,5 +64,22 @@ describe("HTTP conventions", () => {
     await waitOnExecutionContext(ctx);
     const problem = await expectProblem(response, 500, "internal");
     expect(problem.detail).not.toContain("MAX_BODY_BYTES");
+  });
+
+  it("turns a thrown value that is not an Error into a problem+json 500 with the request id", async () => {
+    const app = new Hono()
+      .use(requestId({ headerName: "X-Request-Id" }))
+      .use(thrownAsErrors)
+      .get("/", () => {
+        throw "a bare string";
+      });
+    app.onError((err, c) => problemResponse(c, toApiError(err, c.get("requestId"))));
+    const problem = await expectProblem(
+      await app.request("/", { headers: { "X-Request-Id": "bare-1" } }),
+      500,
+      "internal",
+    );
+    expect(problem.instance).toBe("bare-1");
+    expect(problem.detail).not.toContain("a bare string");
   });
 });
