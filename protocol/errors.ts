@@ -24,6 +24,12 @@ export const ERROR_CODES = {
     description:
       "No such route, or no such resource in the caller's org (another org's resources are reported as missing).",
   },
+  request_timeout: {
+    status: 408,
+    title: "Request timeout",
+    description:
+      "The request body did not arrive in full within `BODY_TIMEOUT_SECONDS` of the edge starting to read it.",
+  },
   conflict: { status: 409, title: "Conflict", description: "The resource already exists or changed concurrently." },
   payload_too_large: {
     status: 413,

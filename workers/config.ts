@@ -10,6 +10,7 @@ const ConfigSchema = z.object({
     .min(1024)
     .max(100 * 1024 * 1024)
     .default(1024 * 1024),
+  BODY_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(600).default(30),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

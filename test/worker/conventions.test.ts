@@ -4,9 +4,39 @@ import { requestId } from "hono/request-id";
 import { describe, expect, it } from "vitest";
 import worker from "../../workers/index.js";
 import { ERROR_CODES } from "../../protocol/errors.js";
-import { Health } from "../../protocol/schemas.js";
+import { Health, Org } from "../../protocol/schemas.js";
 import { problemResponse, thrownAsErrors, toApiError } from "../../workers/problem.js";
-import { call, expectJson, expectProblem, ORIGIN } from "./harness.js";
+import { call, createAccount, expectJson, expectProblem, ORIGIN } from "./harness.js";
+
+/**
+ * A POST through the Worker's real fetch handler whose body is `chunks` and then, unless `end`
+ * says how, never ends; with a one-second body timeout.
+ */
+async function postStreamed(
+  path: string,
+  token: string,
+  chunks: string[],
+  end: "never" | "error" | "close" = "never",
+): Promise<{ response: Response; ms: number }> {
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
+      if (end === "error") controller.error(new Error("connection reset"));
+      if (end === "close") controller.close();
+    },
+  });
+  const request = new Request(`${ORIGIN}${path}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "X-Request-Id": "slow-1" },
+    body,
+  });
+  const ctx = createExecutionContext();
+  const started = Date.now();
+  const response = await worker.fetch(request, { ...env, BODY_TIMEOUT_SECONDS: "1" } as unknown as Env, ctx);
+  const ms = Date.now() - started;
+  await waitOnExecutionContext(ctx);
+  return { response, ms };
+}
 
 describe("HTTP conventions", () => {
   it("serves /healthz without credentials", async () => {
@@ -64,6 +94,31 @@ describe("HTTP conventions", () => {
     await waitOnExecutionContext(ctx);
     const problem = await expectProblem(response, 500, "internal");
     expect(problem.detail).not.toContain("MAX_BODY_BYTES");
+  });
+
+  it("answers a request body that stops arriving with a problem+json 408 after BODY_TIMEOUT_SECONDS", async () => {
+    const { response, ms } = await postStreamed("/admin/orgs", env.ADMIN_SECRET, ['{"name": "Sl']);
+    const problem = await expectProblem(response, 408, "request_timeout");
+    expect(problem.instance).toBe("slow-1");
+    expect(ms).toBeGreaterThanOrEqual(950);
+    expect(ms).toBeLessThan(5000);
+  });
+
+  it("times out a stalled body on the gateway, whose read starts before the key is checked", async () => {
+    const { key } = await createAccount();
+    const { response } = await postStreamed("/v1/completions", key.key, ['{"model": "tab-test", "pro']);
+    await expectProblem(response, 408, "request_timeout");
+  });
+
+  it("reads a body that arrives in pieces within the timeout", async () => {
+    const { response } = await postStreamed("/admin/orgs", env.ADMIN_SECRET, ['{"name": ', '"Chunked"}'], "close");
+    expect((await expectJson(response, 201, Org)).name).toBe("Chunked");
+  });
+
+  it("answers a request body whose stream breaks with a problem+json 400, not a 500", async () => {
+    const { response } = await postStreamed("/admin/orgs", env.ADMIN_SECRET, ['{"name": "Br'], "error");
+    const problem = await expectProblem(response, 400, "invalid_request");
+    expect(problem.detail).toContain("could not be read");
   });
 
   it("turns a thrown value that is not an Error into a problem+json 500 with the request id", async () => {

@@ -1,31 +1,20 @@
-import { bodyLimit } from "hono/body-limit";
 import { createMiddleware } from "hono/factory";
-import type { MiddlewareHandler } from "hono";
 import type { AppEnv } from "../app-env.js";
-import { loadConfig, type Config } from "../config.js";
-import { ApiError } from "../problem.js";
+import { loadConfig } from "../config.js";
+import { guardedRequest, tooLarge } from "./request-body.js";
 
-/** The body size limit, built once per configuration rather than on every request. */
-const limits = new WeakMap<Config, MiddlewareHandler>();
-
-function limitFor(config: Config): MiddlewareHandler {
-  let limit = limits.get(config);
-  if (!limit)
-    limits.set(
-      config,
-      (limit = bodyLimit({
-        maxSize: config.MAX_BODY_BYTES,
-        onError: () => {
-          throw new ApiError("payload_too_large", `Request bodies are limited to ${config.MAX_BODY_BYTES} bytes.`);
-        },
-      })),
-    );
-  return limit;
-}
-
-/** Validates the environment (once per isolate) and enforces the body size limit on every route. */
+/**
+ * Validates the environment (once per isolate) and bounds every route's request body: a declared
+ * size over the limit is refused before anything is read, and the body itself is read through a
+ * guard that holds it to the limit and to `BODY_TIMEOUT_SECONDS`.
+ */
 export const conventions = createMiddleware<AppEnv>(async (c, next) => {
   const config = loadConfig(c.env);
   c.set("config", config);
-  return limitFor(config)(c, next);
+  if (Number(c.req.header("Content-Length")) > config.MAX_BODY_BYTES) throw tooLarge(config.MAX_BODY_BYTES);
+  c.req.raw = guardedRequest(c.req.raw, {
+    maxBytes: config.MAX_BODY_BYTES,
+    timeoutMs: config.BODY_TIMEOUT_SECONDS * 1000,
+  });
+  await next();
 });

@@ -1,0 +1,65 @@
+import { ApiError } from "../problem.js";
+
+export interface BodyGuardOptions {
+  /** Bytes the body may hold: more is a 413, however it is framed. */
+  maxBytes: number;
+  /** How long the body may take to arrive, counted from the first read: longer is a 408. */
+  timeoutMs: number;
+}
+
+export const tooLarge = (maxBytes: number) =>
+  new ApiError("payload_too_large", `Request bodies are limited to ${maxBytes} bytes.`);
+
+/**
+ * The request with its body read through a guard, so that every reader (`c.req.json()`,
+ * `.arrayBuffer()`, a read started ahead of time) fails the same way: a body over the limit is
+ * `payload_too_large`, one that stops arriving is `request_timeout` (workerd itself waits for a
+ * stalled body without end), and one whose stream breaks (malformed chunked framing, a dropped
+ * connection) is `invalid_request` rather than the opaque internal error workerd raises, which
+ * would answer 500. The request's `signal` carries over, so a client's disconnect still reaches
+ * the gateway.
+ */
+export function guardedRequest(request: Request, options: BodyGuardOptions): Request {
+  if (!request.body) return request;
+  return new Request(request, { body: guardedBody(request.body, options) });
+}
+
+function guardedBody(body: ReadableStream<Uint8Array>, { maxBytes, timeoutMs }: BodyGuardOptions) {
+  const reader = body.getReader();
+  const timedOut = () =>
+    new ApiError("request_timeout", `The request body did not arrive in full within ${timeoutMs / 1000} s.`);
+  let deadline: number | undefined;
+  let size = 0;
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        deadline ??= Date.now() + timeoutMs;
+        let timer!: ReturnType<typeof setTimeout>;
+        const expired = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(timedOut()), deadline! - Date.now());
+        });
+        try {
+          const { done, value } = await Promise.race([reader.read(), expired]);
+          if (done) return controller.close();
+          size += value.byteLength;
+          if (size > maxBytes) throw tooLarge(maxBytes);
+          controller.enqueue(value);
+        } catch (err) {
+          reader.cancel().catch(() => {});
+          controller.error(err instanceof ApiError ? err : unreadable());
+        } finally {
+          clearTimeout(timer);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    },
+    // Nothing is read until someone asks: a request refused before its body is wanted never waits for it.
+    { highWaterMark: 0 },
+  );
+}
+
+const unreadable = () =>
+  new ApiError(
+    "invalid_request",
+    "The request body could not be read: its framing is malformed, or the connection broke before it ended.",
+  );
