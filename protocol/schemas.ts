@@ -17,7 +17,22 @@ export const Role = z.enum(ROLES);
 export type Role = z.infer<typeof Role>;
 
 const timestamp = z.iso.datetime();
-const name = z.string().trim().min(1).max(100);
+
+/**
+ * Control characters (NUL, escapes, line breaks) and unpaired surrogates: none belongs in a name,
+ * and each one breaks a terminal table, a log line, or the name's own UTF-8 encoding.
+ */
+const UNPRINTABLE = /[\p{Cc}\p{Cs}\p{Zl}\p{Zp}]/u;
+
+/** Anything a user names through the API. */
+const label = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .refine((value) => !UNPRINTABLE.test(value), "must not contain control characters or unpaired surrogates");
+const name = label(100);
 
 export const Org = z.object({
   id: z.string(),
@@ -103,7 +118,7 @@ export const AdminCreateKeyRequest = CreateKeyRequest.extend({ userId: z.string(
 export type AdminCreateKeyRequest = z.input<typeof AdminCreateKeyRequest>;
 
 /** Clients send an encrypted label here, which runs longer than a human name. */
-export const CreateWorkspaceRequest = z.strictObject({ name: z.string().trim().min(1).max(400) });
+export const CreateWorkspaceRequest = z.strictObject({ name: label(400) });
 export type CreateWorkspaceRequest = z.input<typeof CreateWorkspaceRequest>;
 
 export const Problem = z.object({

@@ -179,10 +179,11 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
 /**
  * Starts reading the body while the key is checked, so that the two waits overlap; `jsonBody`
  * takes the same read (Hono keeps it), and the body-size limit applies to it as to any read. A
- * request refused before `jsonBody` drops the read unawaited.
+ * request refused before `jsonBody` drops the read unawaited. Bytes, not text: a text read would
+ * already have replaced what is not UTF-8, which `jsonBody` refuses.
  */
 const readAhead = createMiddleware<AppEnv>(async (c, next) => {
-  c.req.text().catch(() => {});
+  c.req.arrayBuffer().catch(() => {});
   await next();
 });
 

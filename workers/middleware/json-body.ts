@@ -5,15 +5,29 @@ import { ApiError } from "../problem.js";
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 
 /**
+ * Strict: `c.req.text()` would turn bytes that are not UTF-8 into U+FFFD, and store a name the
+ * sender never wrote.
+ */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+/**
  * Reads and validates a JSON body. Each failure has its own code: wrong media type (415),
- * unparseable JSON (400) and a schema violation (400, with every offending field listed).
+ * a body that is not UTF-8 or not JSON (400) and a schema violation (400, with every offending
+ * field listed).
  */
 export async function jsonBody<S extends z.ZodType>(c: Context, schema: S): Promise<z.output<S>> {
   const type = c.req.header("Content-Type") ?? "";
   if (!JSON_TYPE.test(type)) {
     throw new ApiError("unsupported_media_type", "Send the request body as `Content-Type: application/json`.");
   }
-  const text = await c.req.text();
+  // Read outside the try: the body guard fails the read itself (413, 408), and that answer stands.
+  const bytes = await c.req.arrayBuffer();
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new ApiError("invalid_request", "The request body is not valid UTF-8.");
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);
