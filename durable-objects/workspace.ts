@@ -3,8 +3,10 @@ import { z } from "zod";
 import { parentOf } from "../protocol/merkle.js";
 import { loadIndexConfig } from "../workers/config.js";
 import {
+  checkCommitPaths,
   DiffRequest,
   EncryptedPath,
+  FileSize,
   Hash,
   Language,
   SYNC_PROTOCOL,
@@ -29,10 +31,12 @@ const WorkspaceMeta = z.object({
 export type WorkspaceMeta = z.infer<typeof WorkspaceMeta>;
 
 /** A commit as the object receives it: leaves without text, and the chunks' vectors, already keyed. */
-const TreeCommit = z.object({
-  upserts: z.array(z.object({ path: EncryptedPath, hash: Hash, size: z.number().int().nonnegative() })).max(2000),
-  deletes: z.array(EncryptedPath).max(2000),
-});
+const TreeCommit = z
+  .object({
+    upserts: z.array(z.object({ path: EncryptedPath, hash: Hash, size: FileSize })).max(2000),
+    deletes: z.array(EncryptedPath).max(2000),
+  })
+  .superRefine(checkCommitPaths);
 export type TreeCommit = z.infer<typeof TreeCommit>;
 
 /** Vector dimensions an index accepts: a power of two (the keyed rotation needs one). */
@@ -236,6 +240,10 @@ export class Workspace extends DurableObject<Env> {
   ): Promise<CommitResponse | DimensionMismatch | BackendFailure | null> {
     const request = parse(TreeCommit, input, "commit");
     const vectors = parse(VectorChunks, chunks, "vectors");
+    // A chunk of a file the commit does not upsert would be searchable with no file in the tree.
+    const upserted = new Set(request.upserts.map((u) => u.path));
+    if (vectors.some((v) => !upserted.has(v.path)))
+      throw new InvalidRpcInput("Invalid vectors: a chunk of a file not upserted");
     const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
     if (!this.#tree || !this.#catalogue) return null;
     const tree = this.#tree;

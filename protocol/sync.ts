@@ -5,6 +5,7 @@
  * only once its vectors are stored.
  */
 import { z } from "zod";
+import { parentOf } from "./merkle.js";
 
 export const SYNC_PROTOCOL = 2;
 
@@ -20,6 +21,12 @@ export const MAX_DEPTH = 64;
 export const MAX_PATH_LENGTH = 8192;
 /** Entries per commit, and nodes per diff answer: bounds one request's work in the Durable Object. */
 export const MAX_COMMIT_ENTRIES = 2000;
+/**
+ * The largest file a commit can describe, and the ceiling of the client's `--max-file-bytes`: a
+ * file's chunks travel in one commit, and no edge accepts a body over 100 MiB (the most
+ * `MAX_BODY_BYTES` can be set to).
+ */
+export const MAX_FILE_BYTES = 100 * 1024 * 1024;
 export const MAX_DIFF_NODES = 5000;
 export const MAX_DIFF_DIRS = 500;
 
@@ -74,19 +81,28 @@ export const DiffResponse = z.object({
 });
 export type DiffResponse = z.infer<typeof DiffResponse>;
 
-export const ChunkUpload = z.strictObject({
-  /** Keyed hash of the text (HMAC under a key derived from the workspace secret). */
-  id: Hash,
-  text: z.string().max(MAX_CHUNK_CHARS),
-  startLine: z.number().int().positive(),
-  endLine: z.number().int().positive(),
-});
+export const ChunkUpload = z
+  .strictObject({
+    /** Keyed hash of the text (HMAC under a key derived from the workspace secret). */
+    id: Hash,
+    /** Never empty: a chunk without text has nothing to embed or match. */
+    text: z.string().min(1).max(MAX_CHUNK_CHARS),
+    startLine: z.number().int().positive(),
+    endLine: z.number().int().positive(),
+  })
+  .refine((chunk) => chunk.startLine <= chunk.endLine, {
+    path: ["endLine"],
+    message: "must not be before startLine",
+  });
 export type ChunkUpload = z.infer<typeof ChunkUpload>;
+
+/** A file's size in bytes, as the device read it. */
+export const FileSize = z.number().int().nonnegative().max(MAX_FILE_BYTES);
 
 export const Upsert = z.strictObject({
   path: EncryptedPath,
   hash: Hash,
-  size: z.number().int().nonnegative(),
+  size: FileSize,
   /** The file's language, for search filters; "text" when it has no grammar. */
   language: Language.default("text"),
   /**
@@ -128,6 +144,80 @@ export const SearchResponse = z.object({
 });
 export type SearchResponse = z.infer<typeof SearchResponse>;
 
+/** Issues reported for one commit: enough to fix it, and a problem document that stays small. */
+const MAX_COMMIT_ISSUES = 20;
+
+interface CommitIssue {
+  path: (string | number)[];
+  message: string;
+}
+
+/**
+ * The paths of a commit must say one thing: no file upserted twice, none both upserted and
+ * deleted, and no file upserted together with a path below it (it would have to be a file and a
+ * directory at once). Deletes apply before upserts, so deleting `a` while upserting `a/b` (a file
+ * that became a directory), or the reverse, is an ordinary replacement.
+ */
+export function commitPathIssues(upserts: readonly { path: string }[], deletes: readonly string[]): CommitIssue[] {
+  const issues: CommitIssue[] = [];
+  const first = new Map<string, number>();
+  upserts.forEach(({ path }, i) => {
+    const earlier = first.get(path);
+    if (earlier === undefined) first.set(path, i);
+    else
+      issues.push({ path: ["upserts", i, "path"], message: `\`${path}\` is already upserted as upserts.${earlier}` });
+  });
+  upserts.forEach(({ path }, i) => {
+    for (let dir = parentOf(path); dir !== ""; dir = parentOf(dir)) {
+      const file = first.get(dir);
+      if (file === undefined) continue;
+      issues.push({
+        path: ["upserts", i, "path"],
+        message: `\`${path}\` is below \`${dir}\`, which upserts.${file} makes a file in the same commit`,
+      });
+      break;
+    }
+  });
+  deletes.forEach((path, i) => {
+    const upserted = first.get(path);
+    if (upserted !== undefined)
+      issues.push({ path: ["deletes", i], message: `\`${path}\` is both deleted and upserted (upserts.${upserted})` });
+  });
+  return issues.slice(0, MAX_COMMIT_ISSUES);
+}
+
+/**
+ * A chunk id is the keyed hash of its text, so within a commit one id always carries one text;
+ * the same chunk (id and lines) listed twice for one file is a duplicate. Identical chunks in
+ * different places (a copied file, a repeated block) share an id and are fine.
+ */
+function chunkIssues(upserts: readonly { chunks: readonly ChunkUpload[] }[]): CommitIssue[] {
+  const issues: CommitIssue[] = [];
+  const textOf = new Map<string, string>();
+  upserts.forEach(({ chunks }, i) => {
+    const seen = new Set<string>();
+    chunks.forEach((chunk, j) => {
+      const text = textOf.get(chunk.id);
+      if (text === undefined) textOf.set(chunk.id, chunk.text);
+      else if (text !== chunk.text)
+        issues.push({ path: ["upserts", i, "chunks", j, "id"], message: "the same chunk id with another text" });
+      const key = `${chunk.id} ${chunk.startLine} ${chunk.endLine}`;
+      if (seen.has(key))
+        issues.push({ path: ["upserts", i, "chunks", j], message: "the same chunk twice in one file" });
+      seen.add(key);
+    });
+  });
+  return issues.slice(0, MAX_COMMIT_ISSUES);
+}
+
+/** A refinement for every schema of a commit: the request the edge validates, and the Durable Object's input. */
+export function checkCommitPaths(
+  commit: { upserts: readonly { path: string }[]; deletes: readonly string[] },
+  ctx: z.RefinementCtx,
+): void {
+  for (const issue of commitPathIssues(commit.upserts, commit.deletes)) ctx.addIssue({ code: "custom", ...issue });
+}
+
 export const CommitRequest = z
   .strictObject({
     protocol,
@@ -136,6 +226,10 @@ export const CommitRequest = z
   })
   .refine((c) => c.upserts.length + c.deletes.length <= MAX_COMMIT_ENTRIES, {
     message: `at most ${MAX_COMMIT_ENTRIES} upserts and deletes in one commit`,
+  })
+  .superRefine(checkCommitPaths)
+  .superRefine((c, ctx) => {
+    for (const issue of chunkIssues(c.upserts)) ctx.addIssue({ code: "custom", ...issue });
   });
 export type CommitRequest = z.input<typeof CommitRequest>;
 

@@ -6,8 +6,13 @@ import { StatPrefetch, type StatLike } from "./prefetch.js";
 import type { WorkspaceSecret } from "./secret.js";
 import { FileTable, FileTableBuilder } from "./file-table.js";
 import type { DirListing } from "./state.js";
+import { MAX_FILE_BYTES } from "../../protocol/sync.js";
 
 export const DEFAULT_MAX_FILE_BYTES = 1024 * 1024;
+
+/** The size past which a file is skipped: as asked, but never past what a commit can describe. */
+export const fileSizeLimit = (maxFileBytes: number | undefined): number =>
+  Math.min(maxFileBytes ?? DEFAULT_MAX_FILE_BYTES, MAX_FILE_BYTES);
 /** git's binary heuristic: a NUL byte in the first 8,000 bytes. */
 const BINARY_PROBE_BYTES = 8000;
 
@@ -78,7 +83,7 @@ export async function scanWorkspace(
   options: ScanOptions = {},
 ): Promise<ScanResult> {
   const startedAt = Date.now();
-  const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  const maxFileBytes = fileSizeLimit(options.maxFileBytes);
   const previous = options.previous;
   const previousDirs = options.previousDirs;
   const racyAfter = options.previousStartedAt ?? 0;
@@ -246,7 +251,7 @@ function verifyUnchanged(
   startedAt: number,
 ): Omit<ScanResult, "skipped"> | undefined {
   const racyAfter = options.previousStartedAt ?? 0;
-  const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  const maxFileBytes = fileSizeLimit(options.maxFileBytes);
   const meta = previous.meta;
   for (let row = 0; row < previous.size; row++) {
     const size = meta[row * 3]!;

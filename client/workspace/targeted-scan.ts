@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { FileTableBuilder } from "./file-table.js";
 import { IgnoreStack } from "./ignore-rules.js";
 import { parentOf } from "../../protocol/merkle.js";
-import { DEFAULT_MAX_FILE_BYTES, hashFile, kindOf, type ScanResult } from "./scanner.js";
+import { fileSizeLimit, hashFile, kindOf, type ScanResult } from "./scanner.js";
 import type { WorkspaceSecret } from "./secret.js";
 import type { WorkspaceState } from "./state.js";
 
@@ -23,7 +23,7 @@ export function scanPaths(
   options: { maxFileBytes?: number } = {},
 ): ScanResult | undefined {
   if (state.entries.size === 0 || !state.rules) return undefined;
-  const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  const maxFileBytes = fileSizeLimit(options.maxFileBytes);
   const updates = new Map<string, { size: number; mtimeMs: number; ino: number; hash: Buffer } | null>();
   const relist = new Set<string>();
   let hashed = 0;

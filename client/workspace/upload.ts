@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Language, MAX_PATH_TERMS, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
+import { Language, MAX_FILE_BYTES, MAX_PATH_TERMS, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
 import { chunkFile } from "../index/chunker.js";
 import { languageOf } from "../index/languages.js";
 import { findSecrets, redact } from "../index/secrets.js";
@@ -15,6 +15,21 @@ export interface PreparedUpload {
 }
 
 /**
+ * The chunks a commit may carry: the edge refuses a chunk without text (a file of one blank line
+ * makes one; it has nothing to search) and the same chunk twice in a file (a long line of one
+ * repeated character is cut into identical pieces).
+ */
+export function uploadable<C extends { text: string; startLine: number; endLine: number }>(chunks: readonly C[]): C[] {
+  const seen = new Set<string>();
+  return chunks.filter((chunk) => {
+    const key = `${chunk.startLine} ${chunk.endLine} ${chunk.text}`;
+    if (chunk.text.length === 0 || seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
+/**
  * What leaves the device for one changed file: its leaf, and its chunks with every secret already
  * replaced and keyed ids. The file is read now; if it changed since the scan, the leaf describes what
  * was actually read (and the sync's final root comparison catches the difference).
@@ -24,19 +39,23 @@ export async function prepareUpload(
   secret: WorkspaceSecret,
   entry: { path: string; hash: string; size: number; plain: string },
 ): Promise<PreparedUpload> {
-  let content: Buffer;
+  let content: Buffer | undefined;
   try {
     content = await readFile(join(root, entry.plain));
   } catch {
-    // Gone since the scan: an empty leaf now, the next scan deletes it.
-    const upsert = { path: entry.path, hash: entry.hash, size: entry.size, chunks: [] };
+    content = undefined;
+  }
+  if (content === undefined || content.length > MAX_FILE_BYTES) {
+    // Gone since the scan, or grown past what a commit can describe: an empty leaf now, which the
+    // next scan deletes or skips as too large.
+    const upsert = { path: entry.path, hash: entry.hash, size: Math.min(entry.size, MAX_FILE_BYTES), chunks: [] };
     return { upsert, withheld: 0, bytes: entry.path.length + 120 };
   }
   const hash = secret.contentHash(content);
   const binary = content.subarray(0, 8000).includes(0);
   const text = binary ? "" : content.toString("utf8");
   const secrets = text ? await findSecrets(entry.plain, text) : [];
-  const chunks = (await chunkFile(entry.plain, redact(text, secrets))).map((chunk) => ({
+  const chunks = uploadable(await chunkFile(entry.plain, redact(text, secrets))).map((chunk) => ({
     id: secret.chunkId(chunk.text),
     text: chunk.text,
     startLine: chunk.startLine,

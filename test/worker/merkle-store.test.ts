@@ -43,6 +43,16 @@ function applyModel(files: Map<string, string>, op: Op): void {
 
 type Op = { kind: "upsert"; path: string; hash: string } | { kind: "delete"; path: string };
 
+const related = (a: string, b: string) => a === b || a.startsWith(`${b}/`) || b.startsWith(`${a}/`);
+
+/** A batch as a commit may carry it: no path upserted twice, with a path below it, or also deleted. */
+function unambiguous(batch: Op[]): Op[] {
+  const upserted: string[] = [];
+  for (const o of batch) if (o.kind === "upsert" && !upserted.some((p) => related(p, o.path))) upserted.push(o.path);
+  const kept = new Set(upserted);
+  return batch.filter((o) => (o.kind === "upsert" ? kept.delete(o.path) : !upserted.includes(o.path)));
+}
+
 const path = fc.array(fc.constantFrom(...SEGMENTS), { minLength: 1, maxLength: 3 }).map((s) => s.join("/"));
 const op: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant("upsert" as const), path, hash: fc.constantFrom(...HASHES) }),
@@ -90,23 +100,61 @@ describe("Merkle store in the Workspace Durable Object", () => {
 
   it("matches a reference model after any sequence of commits, and stays well formed", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.array(op, { maxLength: 6 }), { minLength: 1, maxLength: 5 }), async (batches) => {
-        const stub = await freshWorkspace();
-        const model = new Map<string, string>();
-        for (const batch of batches) {
-          const deletes = batch.filter((o) => o.kind === "delete").map((o) => o.path);
-          const upserts = batch.flatMap((o) => (o.kind === "upsert" ? [{ path: o.path, hash: o.hash, size: 1 }] : []));
-          // The store applies a commit's deletes before its upserts; so does the model.
-          for (const o of batch) if (o.kind === "delete") applyModel(model, o);
-          for (const o of batch) if (o.kind === "upsert") applyModel(model, o);
-          const result = (await stub.commit({ upserts, deletes })) as CommitResponse;
-          expect(result.root).toBe(modelRoot(model));
-          expect(result.files).toBe(model.size);
-        }
-        await checkWellFormed(stub);
-      }),
+      fc.asyncProperty(
+        fc.array(fc.array(op, { maxLength: 6 }).map(unambiguous), { minLength: 1, maxLength: 5 }),
+        async (batches) => {
+          const stub = await freshWorkspace();
+          const model = new Map<string, string>();
+          for (const batch of batches) {
+            const deletes = batch.filter((o) => o.kind === "delete").map((o) => o.path);
+            const upserts = batch.flatMap((o) =>
+              o.kind === "upsert" ? [{ path: o.path, hash: o.hash, size: 1 }] : [],
+            );
+            // The store applies a commit's deletes before its upserts; so does the model.
+            for (const o of batch) if (o.kind === "delete") applyModel(model, o);
+            for (const o of batch) if (o.kind === "upsert") applyModel(model, o);
+            const result = (await stub.commit({ upserts, deletes })) as CommitResponse;
+            expect(result.root).toBe(modelRoot(model));
+            expect(result.files).toBe(model.size);
+          }
+          await checkWellFormed(stub);
+        },
+      ),
       { numRuns: 40 },
     );
+  });
+
+  it("refuses a commit whose paths contradict each other, and keeps the tree as it was", async () => {
+    const stub = await freshWorkspace();
+    const [a, b] = SEGMENTS as [string, string];
+    const file = { hash: HASHES[0]!, size: 1 };
+    for (const commit of [
+      {
+        upserts: [
+          { path: a, ...file },
+          { path: `${a}/${b}`, ...file },
+        ],
+        deletes: [],
+      },
+      {
+        upserts: [
+          { path: a, ...file },
+          { path: a, ...file },
+        ],
+        deletes: [],
+      },
+      { upserts: [{ path: a, ...file }], deletes: [a] },
+    ]) {
+      // An RPC promise is a thenable that is only settled when awaited, so await it directly.
+      let error: unknown;
+      try {
+        await stub.commit(commit);
+      } catch (err) {
+        error = err;
+      }
+      expect(String(error)).toContain("Invalid commit");
+    }
+    expect(await stub.status()).toMatchObject({ root: EMPTY_ROOT, files: 0 });
   });
 
   it("is idempotent: replaying a commit changes nothing", async () => {

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
-import { Language, LANGUAGE_CODES } from "../../../protocol/sync.js";
+import { Language, LANGUAGE_CODES, MAX_FILE_BYTES } from "../../../protocol/sync.js";
 import type { IndexReport } from "../../workspace/session.js";
 import { searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
@@ -51,12 +51,12 @@ export function workspaceCommands(program: Command): void {
     .command("index")
     .description("Index a directory: scan it, and sync its Merkle tree (encrypted names, keyed hashes) to the edge")
     .argument("[dir]", "the workspace root", ".")
-    .option("--max-file-bytes <n>", "skip files larger than this", String(1024 * 1024))
+    .option("--max-file-bytes <n>", `skip files larger than this (at most ${MAX_FILE_BYTES})`, String(1024 * 1024))
     .action(async (dir: string, opts: { maxFileBytes: string }, cmd: Command) => {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const maxFileBytes = Number(opts.maxFileBytes);
-      if (!Number.isInteger(maxFileBytes) || maxFileBytes <= 0)
-        throw new UsageError("--max-file-bytes must be a positive integer.");
+      if (!Number.isInteger(maxFileBytes) || maxFileBytes <= 0 || maxFileBytes > MAX_FILE_BYTES)
+        throw new UsageError(`--max-file-bytes must be a whole number from 1 to ${MAX_FILE_BYTES}.`);
       const { sextant } = await client(options);
       const ws = await openWorkspace(sextant, dir, { create: true });
       const bar = progress(!options.json);
