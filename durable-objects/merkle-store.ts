@@ -1,5 +1,5 @@
-import { dirHash, EMPTY_ROOT, nameOf, parentOf, type NodeKind } from "../protocol/merkle.js";
-import type { TreeNode } from "../protocol/sync.js";
+import { depthOf, dirHash, EMPTY_ROOT, nameOf, parentOf, type NodeKind } from "../protocol/merkle.js";
+import { MAX_FILE_BYTES, MAX_TREE_BYTES, type TreeNode } from "../protocol/sync.js";
 
 /** A file's leaf: its encrypted path, keyed content hash and size. */
 export interface Leaf {
@@ -21,6 +21,13 @@ export interface TreeTotals {
   root: string;
   files: number;
   bytes: number;
+}
+
+/** A commit that would take the tree's total past MAX_TREE_BYTES; thrown inside, and so rolling back, its transaction. */
+export class TreeTooLarge extends Error {
+  constructor(readonly bytes: number) {
+    super(`The tree would hold ${bytes} bytes, more than ${MAX_TREE_BYTES}.`);
+  }
 }
 
 /**
@@ -49,8 +56,9 @@ export class MerkleStore {
   }
 
   totals(): TreeTotals {
-    const root = this.#get("")!;
-    return { root: root.hash, files: root.files, bytes: root.bytes };
+    const root = this.#healed();
+    // Only a tree of some 85 million files at the ceiling could still be past the bound here.
+    return { root: root.hash, files: root.files, bytes: Math.min(root.bytes, MAX_TREE_BYTES) };
   }
 
   /** Applies deletes, then upserts, then recomputes every affected directory: all or nothing. */
@@ -60,6 +68,7 @@ export class MerkleStore {
 
   /** `commit` without its own transaction, for a caller that holds one around more than the tree. */
   apply(upserts: readonly Leaf[], deletes: readonly string[]): TreeTotals {
+    this.#healed();
     {
       const dirty = new Set<string>();
       for (const path of deletes) {
@@ -85,8 +94,46 @@ export class MerkleStore {
         dirty.add(parentOf(path));
       }
       this.#recompute(dirty);
+      const { bytes } = this.#get("")!;
+      if (!(bytes <= MAX_TREE_BYTES)) throw new TreeTooLarge(bytes);
       return this.totals();
     }
+  }
+
+  /**
+   * The root, after repairing what commits stored before sizes were bounded: a leaf could claim
+   * any size, and a total past 2^53 is a number no client can read back, so the workspace could
+   * never be read again. A total larger than every file at MAX_FILE_BYTES proves such a leaf; those
+   * leaves are clamped to the ceiling and every directory's total is recomputed. Sizes are in no
+   * hash, so the root and everything a client compares stay the same.
+   */
+  #healed(): NodeRow {
+    const root = this.#get("")!;
+    if (Number.isSafeInteger(root.bytes) && root.bytes >= 0 && root.bytes <= root.files * MAX_FILE_BYTES) return root;
+    this.transaction(() => {
+      this.sql.exec(
+        "UPDATE nodes SET bytes = ? WHERE kind = 'f' AND (bytes > ? OR bytes < 0)",
+        MAX_FILE_BYTES,
+        MAX_FILE_BYTES,
+      );
+      const dirs = this.sql
+        .exec<{ path: string }>("SELECT path FROM nodes WHERE kind = 'd'")
+        .toArray()
+        .map((row) => row.path)
+        .sort((a, b) => depthOf(b) - depthOf(a));
+      for (const dir of dirs) {
+        this.sql.exec(
+          `UPDATE nodes SET
+             files = (SELECT coalesce(sum(files), 0) FROM nodes WHERE parent = ?),
+             bytes = (SELECT coalesce(sum(bytes), 0) FROM nodes WHERE parent = ?)
+           WHERE path = ?`,
+          dir,
+          dir,
+          dir,
+        );
+      }
+    });
+    return this.#get("")!;
   }
 
   /**

@@ -9,6 +9,7 @@ import {
   FileSize,
   Hash,
   Language,
+  MAX_TREE_BYTES,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
@@ -18,7 +19,7 @@ import {
 import { Catalogue } from "./catalogue.js";
 import { VectorCache } from "./vector-cache.js";
 import { fuse } from "./fusion.js";
-import { MerkleStore } from "./merkle-store.js";
+import { MerkleStore, TreeTooLarge } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
 import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
@@ -83,6 +84,11 @@ export interface DimensionMismatch {
 /** A hosted index backend failed; the route answers 502 or 504, and nothing was committed. */
 export interface BackendFailure {
   backendFailure: { timedOut: boolean; message: string };
+}
+
+/** A commit refused because the tree's total would pass MAX_TREE_BYTES; nothing was committed. */
+export interface TreeFull {
+  treeFull: { limit: number };
 }
 
 function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFailure"] {
@@ -237,7 +243,7 @@ export class Workspace extends DurableObject<Env> {
     input: TreeCommit,
     chunks: IndexedChunk[] = [],
     options: { cacheModel?: string } = {},
-  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | null> {
+  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | TreeFull | null> {
     const request = parse(TreeCommit, input, "commit");
     const vectors = parse(VectorChunks, chunks, "vectors");
     // A chunk of a file the commit does not upsert would be searchable with no file in the tree.
@@ -272,17 +278,28 @@ export class Workspace extends DurableObject<Env> {
         throw err;
       }
     }
-    const { totals, dropped } = this.ctx.storage.transactionSync(() => {
-      const dropped = catalogue.removePaths(request.deletes);
-      // A file that a new file's directory replaces, and the earlier chunks of every file upserted.
-      const ancestors = new Set<string>();
-      for (const { path } of request.upserts) for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
-      dropped.push(...catalogue.removeExact([...ancestors]));
-      dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
-      catalogue.insert(rows);
-      if (cacheModel) this.#cache!.put(cacheModel, rows);
-      return { totals: tree.apply(request.upserts, request.deletes), dropped };
-    });
+    let applied;
+    try {
+      applied = this.ctx.storage.transactionSync(() => {
+        const dropped = catalogue.removePaths(request.deletes);
+        // A file that a new file's directory replaces, and the earlier chunks of every file upserted.
+        const ancestors = new Set<string>();
+        for (const { path } of request.upserts)
+          for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
+        dropped.push(...catalogue.removeExact([...ancestors]));
+        dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
+        catalogue.insert(rows);
+        if (cacheModel) this.#cache!.put(cacheModel, rows);
+        return { totals: tree.apply(request.upserts, request.deletes), dropped };
+      });
+    } catch (err) {
+      if (!(err instanceof TreeTooLarge)) throw err;
+      // Rolled back; the entries already written to the backend now belong to no file.
+      const written = rows.map((r) => r.id);
+      if (backend && written.length > 0) await this.#remove(backend, written);
+      return { treeFull: { limit: MAX_TREE_BYTES } };
+    }
+    const { totals, dropped } = applied;
     if (backend && dropped.length > 0) await this.#remove(backend, dropped);
     if (backend instanceof R2Backend && backend.needsCompaction()) await this.#scheduleMaintenance();
     const now = new Date().toISOString();

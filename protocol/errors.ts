@@ -30,7 +30,11 @@ export const ERROR_CODES = {
     description:
       "The request body did not arrive in full within `BODY_TIMEOUT_SECONDS` of the edge starting to read it.",
   },
-  conflict: { status: 409, title: "Conflict", description: "The resource already exists or changed concurrently." },
+  conflict: {
+    status: 409,
+    title: "Conflict",
+    description: "The resource already exists, changed concurrently, or cannot take the change in its current state.",
+  },
   payload_too_large: {
     status: 413,
     title: "Payload too large",

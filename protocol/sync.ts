@@ -27,6 +27,8 @@ export const MAX_COMMIT_ENTRIES = 2000;
  * `MAX_BODY_BYTES` can be set to).
  */
 export const MAX_FILE_BYTES = 100 * 1024 * 1024;
+/** A tree's total size: beyond it, a total stops being an exact number in JSON and in JavaScript. */
+export const MAX_TREE_BYTES = Number.MAX_SAFE_INTEGER;
 export const MAX_DIFF_NODES = 5000;
 export const MAX_DIFF_DIRS = 500;
 
@@ -54,7 +56,7 @@ export const TreeStatus = z.object({
   protocol: z.literal(SYNC_PROTOCOL),
   root: Hash,
   files: z.number().int().nonnegative(),
-  bytes: z.number().int().nonnegative(),
+  bytes: z.number().int().nonnegative().max(MAX_TREE_BYTES),
   lastSyncAt: z.iso.datetime().nullable(),
 });
 export type TreeStatus = z.infer<typeof TreeStatus>;

@@ -1,9 +1,12 @@
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { WorkspaceDetail } from "../../protocol/schemas.js";
 import {
   CommitResponse,
   DiffResponse,
   MAX_FILE_BYTES,
+  MAX_TREE_BYTES,
   SearchResponse,
   SYNC_PROTOCOL,
   VECTOR_KEY_HEADER,
@@ -183,5 +186,64 @@ describe("the commit boundary", () => {
       CommitResponse,
     );
     expect((await ws.searchPaths("shared licence text")).sort()).toEqual([seg("a"), seg("a"), seg("b")]);
+  });
+
+  it("refuses with 409 a commit that would take the tree's total past 2^53 - 1 bytes, and stores none of it", async () => {
+    const ws = await setup();
+    // A tree this large cannot be built in a test: a directory that claims it stands in for one.
+    await runInDurableObject(workspaceStub(env, ws.id), (_instance, state) => {
+      state.storage.sql.exec(
+        "INSERT INTO nodes (path, parent, kind, hash, files, bytes) VALUES (?, '', 'd', ?, ?, ?)",
+        seg("d"),
+        hex("d"),
+        2 ** 27,
+        MAX_TREE_BYTES - 10,
+      );
+    });
+    const problem = await expectProblem(
+      await ws.commit(commitOf([file(seg("x"), { size: 11, chunks: [chunk("overflowing text")] })])),
+      409,
+      "conflict",
+    );
+    expect(problem.detail).toContain(String(MAX_TREE_BYTES));
+    expect((await ws.files()).has(seg("x"))).toBe(false);
+    expect(await ws.searchPaths("overflowing text")).toEqual([]);
+    expect((await workspaceStub(env, ws.id).indexStats())?.chunks).toBe(0);
+
+    const fits = await expectJson(await ws.commit(commitOf([file(seg("x"), { size: 10 })])), 200, CommitResponse);
+    expect(fits.bytes).toBe(MAX_TREE_BYTES);
+    expect((await ws.detail()).tree.bytes).toBe(MAX_TREE_BYTES);
+  });
+
+  it("reads again a workspace whose total an earlier edge let past safe integers, and takes commits", async () => {
+    const ws = await setup();
+    const upserts = [file(`${seg("a")}/${seg("x")}`), file(`${seg("a")}/${seg("y")}`), file(seg("c"))];
+    const before = await expectJson(
+      await ws.commit(commitOf(upserts.map((u, i) => ({ ...u, chunks: [chunk(`text ${i}`, hex(String(i)))] })))),
+      200,
+      CommitResponse,
+    );
+    // What the earlier edge stored for leaves of size 2^53 - 1: each total a JavaScript sum.
+    const stored = await runInDurableObject(workspaceStub(env, ws.id), (_instance, state) => {
+      const sql = state.storage.sql;
+      const huge = Number.MAX_SAFE_INTEGER;
+      sql.exec("UPDATE nodes SET bytes = ? WHERE kind = 'f'", huge);
+      sql.exec("UPDATE nodes SET bytes = ? WHERE path = ?", huge + huge, seg("a"));
+      sql.exec("UPDATE nodes SET bytes = ? WHERE path = ''", huge + huge + huge);
+      return Number(sql.exec("SELECT bytes FROM nodes WHERE path = ''").one().bytes);
+    });
+    expect(stored).toBeGreaterThan(Number.MAX_SAFE_INTEGER);
+
+    const detail = await ws.detail();
+    expect(detail.tree).toMatchObject({ root: before.root, files: 3, bytes: 3 * MAX_FILE_BYTES });
+    expect([...(await ws.files()).keys()].sort()).toEqual(upserts.map((u) => u.path).sort());
+    expect((await ws.searchPaths("text 0 text 1 text 2")).sort()).toEqual(upserts.map((u) => u.path).sort());
+    const after = await expectJson(
+      await ws.commit(commitOf([file(seg("c"), { size: 5 })], [`${seg("a")}/${seg("x")}`])),
+      200,
+      CommitResponse,
+    );
+    expect(after).toMatchObject({ files: 2, bytes: MAX_FILE_BYTES + 5 });
+    expect((await ws.detail()).tree).toMatchObject({ files: 2, bytes: MAX_FILE_BYTES + 5 });
   });
 });

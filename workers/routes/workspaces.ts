@@ -8,7 +8,7 @@ import {
   type SearchResponse,
 } from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
-import type { BackendFailure, DimensionMismatch } from "../../durable-objects/workspace.js";
+import type { BackendFailure, DimensionMismatch, TreeFull } from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
@@ -33,14 +33,15 @@ async function ownWorkspace(c: Context<AppEnv>) {
 }
 
 /**
- * Runs a Durable Object call, reports its duration as Server-Timing, maps "gone" to 404 and
- * vectors of the wrong size (a workspace indexed with another embedder) to 409.
+ * Runs a Durable Object call, reports its duration as Server-Timing, maps "gone" to 404, and
+ * vectors of the wrong size (a workspace indexed with another embedder) and a commit that would
+ * take the tree past its total to 409.
  */
 async function timed<T extends object>(
   c: Context<AppEnv>,
   id: string,
   call: () => Promise<T | null>,
-): Promise<Exclude<T, DimensionMismatch | BackendFailure>> {
+): Promise<Exclude<T, DimensionMismatch | BackendFailure | TreeFull>> {
   const started = performance.now();
   const result = await call();
   c.header("Server-Timing", `workspace;dur=${(performance.now() - started).toFixed(1)}`);
@@ -52,6 +53,13 @@ async function timed<T extends object>(
       `Workspace \`${id}\` was indexed with ${expected}-dimensional embeddings; this edge's embedder makes ${got}. Delete the workspace and index it again to switch embedders.`,
     );
   }
+  if ("treeFull" in result) {
+    const { limit } = (result as TreeFull).treeFull;
+    throw new ApiError(
+      "conflict",
+      `This commit would take workspace \`${id}\` past ${limit} bytes in all; nothing was committed. Delete files first.`,
+    );
+  }
   if ("backendFailure" in result) {
     const { timedOut, message } = (result as BackendFailure).backendFailure;
     console.error(JSON.stringify({ level: "error", requestId: c.get("requestId"), message }));
@@ -60,7 +68,7 @@ async function timed<T extends object>(
       timedOut ? "The index backend did not answer in time; retry." : "The index backend failed; retry.",
     );
   }
-  return result as Exclude<T, DimensionMismatch | BackendFailure>;
+  return result as Exclude<T, DimensionMismatch | BackendFailure | TreeFull>;
 }
 
 /**
@@ -184,7 +192,7 @@ export const workspaces = new Hono<AppEnv>()
         workspace.id,
         () =>
           stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<
-            CommitResponse | DimensionMismatch | BackendFailure | null
+            CommitResponse | DimensionMismatch | BackendFailure | TreeFull | null
           >,
       ),
     );
