@@ -11,7 +11,12 @@ export interface BucketSpec {
 
 export interface LeaseRequest {
   bucket: BucketSpec;
-  /** Allowance wanted for local use. */
+  /**
+   * Units one request must have now, all or none (0 for a top-up): granted only if the bucket
+   * holds them, so that a refusal means the limit really is spent.
+   */
+  need?: number;
+  /** Allowance wanted beyond `need` for local use. */
   want: number;
   /** Allowance granted earlier and not used. */
   returned: number;
@@ -25,7 +30,7 @@ export interface LeaseGrant {
   remaining: number;
   /** Milliseconds until the bucket is full again. */
   resetMs: number;
-  /** When nothing was granted: milliseconds until one unit is available. */
+  /** When nothing was granted: milliseconds until `need` units (at least one) are available. */
   retryAfterMs: number;
 }
 
@@ -48,17 +53,33 @@ export function refill(bucket: Bucket, now: number): void {
   bucket.at = now;
 }
 
-/** One lease against a bucket: take back unused allowance, charge debt, grant what is there. */
+/**
+ * The share of a limit kept back from leases: below it, a lease grants only what its request
+ * needs, so that no allowance sits unused in one isolate while another is refused. The isolates'
+ * fast path (admit on credit) also stops at this share.
+ */
+export const LEASE_RESERVE = 0.2;
+
+/**
+ * One lease against a bucket: take back unused allowance, charge debt, then grant the request's
+ * `need` whole (or nothing) and, while the bucket is above its reserve, up to `want` more.
+ */
 export function lease(bucket: Bucket, request: Omit<LeaseRequest, "bucket">, now: number): LeaseGrant {
   refill(bucket, now);
   bucket.tokens = Math.min(bucket.limit, bucket.tokens + Math.max(0, request.returned)) - Math.max(0, request.debt);
-  const granted = Math.max(0, Math.min(Math.floor(request.want), Math.floor(bucket.tokens)));
-  bucket.tokens -= granted;
+  const need = Math.max(0, Math.ceil(request.need ?? 0));
   const rate = bucket.limit / bucket.windowMs;
+  let granted = 0;
+  if (bucket.tokens >= need) {
+    const spare = Math.floor(bucket.tokens - need - LEASE_RESERVE * bucket.limit);
+    granted = need + Math.max(0, Math.min(Math.floor(request.want), spare));
+  }
+  bucket.tokens -= granted;
+  const short = Math.max(need, 1) - bucket.tokens;
   return {
     granted,
     remaining: Math.floor(bucket.tokens),
     resetMs: Math.ceil((bucket.limit - bucket.tokens) / rate),
-    retryAfterMs: granted > 0 || bucket.tokens >= 1 ? 0 : Math.ceil((1 - bucket.tokens) / rate),
+    retryAfterMs: granted > 0 || short <= 0 ? 0 : Math.ceil(short / rate),
   };
 }

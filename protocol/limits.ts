@@ -78,6 +78,13 @@ export const AbuseThresholds = z
   .strict();
 export type AbuseThresholds = z.infer<typeof AbuseThresholds>;
 
+/**
+ * What a gateway request reserves of a tokens limit before it runs: its prompt at one token per
+ * `CHARS_PER_TOKEN` characters plus its `max_tokens` (`max_completion_tokens`), or
+ * `DEFAULT_COMPLETION_RESERVE` when it sets none. Settled against metered usage afterwards.
+ */
+export const TOKEN_RESERVE = { CHARS_PER_TOKEN: 3, DEFAULT_COMPLETION_RESERVE: 1024 } as const;
+
 const minute = (limit: number) => ({ limit, windowSeconds: 60 });
 const hour = (limit: number) => ({ limit, windowSeconds: 3600 });
 

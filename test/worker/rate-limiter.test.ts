@@ -1,6 +1,7 @@
 import { env } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { LEASE_RESERVE } from "../../durable-objects/buckets.js";
 import { lease, refill } from "../../durable-objects/rate-limiter.js";
 import { IsolateLimiter, rateLimitHeaders, type Check, type LimiterStub } from "../../workers/limits/limiter.js";
 
@@ -82,11 +83,42 @@ describe("bucket arithmetic", () => {
     );
   });
 
-  it("says how long until one unit is back when it grants nothing", () => {
+  it("says how long until a request's need is back when it grants nothing", () => {
     const bucket = { tokens: 0, at: 0, limit: 60, windowMs: 60_000 };
-    const grant = lease(bucket, { want: 1, returned: 0, debt: 0 }, 0);
+    const grant = lease(bucket, { need: 1, want: 1, returned: 0, debt: 0 }, 0);
     expect(grant).toMatchObject({ granted: 0, remaining: 0, retryAfterMs: 1_000 });
-    expect(lease(bucket, { want: 1, returned: 0, debt: 0 }, 1_000)).toMatchObject({ granted: 1 });
+    expect(lease(bucket, { need: 1, want: 1, returned: 0, debt: 0 }, 1_000)).toMatchObject({ granted: 1 });
+    // Five units take five seconds to come back, and are granted whole or not at all.
+    expect(lease(bucket, { need: 5, want: 0, returned: 0, debt: 0 }, 1_000)).toMatchObject({
+      granted: 0,
+      retryAfterMs: 5_000,
+    });
+    expect(lease(bucket, { need: 5, want: 0, returned: 0, debt: 0 }, 5_000)).toMatchObject({ granted: 0 });
+    expect(lease(bucket, { need: 5, want: 0, returned: 0, debt: 0 }, 6_000)).toMatchObject({ granted: 5 });
+  });
+
+  it("grants a need whole while the bucket holds it, and leases beyond it only above the reserve", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 10_000 }),
+        fc.double({ min: -100, max: 1, noNaN: true }),
+        fc.integer({ min: 0, max: 500 }),
+        fc.integer({ min: 0, max: 500 }),
+        (limit, share, need, want) => {
+          const tokens = share * limit;
+          const bucket = { tokens, at: 0, limit, windowMs: 60_000 };
+          const grant = lease(bucket, { need, want, returned: 0, debt: 0 }, 0);
+          if (tokens < need) return grant.granted === 0 && (need === 0 || grant.retryAfterMs > 0);
+          const extra = grant.granted - need;
+          return (
+            extra >= 0 &&
+            extra <= want &&
+            (extra === 0 || tokens - grant.granted >= LEASE_RESERVE * limit - 1e-9) &&
+            bucket.tokens === tokens - grant.granted
+          );
+        },
+      ),
+    );
   });
 });
 

@@ -13,6 +13,7 @@ import { ApiError } from "../problem.js";
 import type { Location } from "./balancer.js";
 import { poolClass, type Surface } from "./config.js";
 import { enforceLimits } from "../limits/enforce.js";
+import { tokenReserve } from "../limits/policy.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish } from "./proxy.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -94,7 +95,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);
   const { org, user, key } = c.get("principal");
-  const limits = await enforceLimits(c, pool.role, pool.role === "tab");
+  const limits = await enforceLimits(c, pool.role, pool.role === "tab", tokenReserve(body));
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
   if (!ramp.ok) {
@@ -126,8 +127,8 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const stream = surface !== "embeddings" && body.stream === true;
   const finish = (result: Finish) => {
     balancer.leaveClass(cls);
-    limits.release();
     limits.chargeTokens(result.usage.promptTokens + result.usage.completionTokens);
+    limits.release();
     leaveSession();
     clientSignal.removeEventListener("abort", onClientAbort);
     const { promptTokens, completionTokens } = result.usage;

@@ -61,10 +61,18 @@ function noteFreeTraffic(c: Context<AppEnv>, prefix: string): void {
 
 function refusal(decision: Extract<Decision, { ok: false }>): ApiError {
   const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-  const headers = { "Retry-After": String(seconds), ...rateLimitHeaders(decision.state) };
+  const headers = {
+    "Retry-After": String(seconds),
+    ...rateLimitHeaders(decision.state, { policy: decision.check.policy, retryAfterSeconds: seconds }),
+  };
   if (decision.unavailable)
     return new ApiError("unavailable", "Rate limits cannot be checked right now; retry shortly.", { headers });
-  return new ApiError("rate_limited", `Rate limit reached: ${decision.check.describe}. Retry after ${seconds} s.`, {
+  const { check } = decision;
+  const left = decision.state.find((s) => s.policy === check.policy)?.remaining ?? 0;
+  // A tokens limit refuses a request whose reservation does not fit, though some may be left.
+  const reserved =
+    check.cost > 1 ? ` This request reserves ${check.cost} tokens (its prompt and max_tokens); ${left} are left.` : "";
+  return new ApiError("rate_limited", `Rate limit reached: ${check.describe}.${reserved} Retry after ${seconds} s.`, {
     headers,
     extra: { limit: decision.check.policy },
   });
@@ -75,15 +83,22 @@ export interface Admitted {
   headers: Record<string, string>;
   /** Releases concurrency slots; call once when the request is over, however it ended. */
   release(): void;
-  /** Charges model tokens from metered usage. */
+  /** Settles the reserved tokens against metered usage: the rest is given back, any excess charged. */
   chargeTokens(tokens: number): void;
 }
 
 /**
  * Admits a request of `cls` or throws a 429 (or 503 when the class fails closed and its limiter is
  * unreachable). `fast` (tab) decides from the isolate's leases without waiting on a limiter object.
+ * `reserveTokens` is what the request may spend of a tokens limit (see `tokenReserve`), taken up
+ * front (at most the whole limit) and settled by `chargeTokens`.
  */
-export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: boolean): Promise<Admitted> {
+export async function enforceLimits(
+  c: Context<AppEnv>,
+  cls: LimitClass,
+  fast: boolean,
+  reserveTokens = 1,
+): Promise<Admitted> {
   const config = loadLimits(c.env);
   const isolate = isolateLimiter(c.env);
   const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
@@ -95,10 +110,20 @@ export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: b
     prefixThrottled: prefix !== undefined && isolate.throttleOf(`ip:${prefix}`) !== null,
   });
   if (prefix) noteFreeTraffic(c, prefix);
-  const decision = await isolate.admit(plan.checks, { fast, failClosed: config.failure[cls] === "closed", waitUntil });
+  const tokens = new Set(plan.tokens);
+  const checks =
+    tokens.size === 0
+      ? plan.checks
+      : plan.checks.map((check) =>
+          tokens.has(check)
+            ? { ...check, cost: Math.max(1, Math.min(check.bucket.limit, Math.ceil(reserveTokens))) }
+            : check,
+        );
+  const decision = await isolate.admit(checks, { fast, failClosed: config.failure[cls] === "closed", waitUntil });
   if (!decision.ok) throw refusal(decision);
 
-  const releases: (() => void)[] = [];
+  // A request refused for concurrency spent none of what it was admitted with.
+  const releases: (() => void)[] = [() => checks.forEach((check) => isolate.refund(check, check.cost))];
   for (const slot of plan.concurrency) {
     const name = `${cls}:concurrency`;
     if (fast) {
@@ -145,6 +170,17 @@ export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: b
     );
   }
 
+  const reserved = checks.filter((_, i) => tokens.has(plan.checks[i]!));
+  let settled = false;
+  function settle(used: number) {
+    if (settled) return;
+    settled = true;
+    for (const check of reserved) {
+      if (used > check.cost) isolate.charge(check, used - check.cost, waitUntil);
+      else isolate.refund(check, check.cost - used);
+    }
+  }
+  releases.shift();
   let released = false;
   return {
     get headers() {
@@ -154,10 +190,10 @@ export async function enforceLimits(c: Context<AppEnv>, cls: LimitClass, fast: b
       if (released) return;
       released = true;
       releases.forEach((r) => r());
+      // A request that ends without metered usage spent none of its reservation.
+      settle(0);
     },
-    chargeTokens(tokens) {
-      for (const check of plan.tokens) isolate.charge(check, Math.max(0, tokens - check.cost), waitUntil);
-    },
+    chargeTokens: settle,
   };
 }
 

@@ -4,8 +4,19 @@
  * back after the lease's time to live; in the fast path (tab) a request is admitted first and
  * charged at the next lease (bounded debt), so the total admitted across isolates stays within a
  * few percent of the limit while a tab request never waits.
+ *
+ * Every request does its own I/O: a request that lacks allowance makes its own lease call, whose
+ * `need` the limiter object grants whole to that request or refuses because the limit is spent,
+ * and a top-up runs in the `waitUntil` of the request that asked for it, awaited by nobody else.
+ * The Workers runtime cancels a request that waits on I/O begun by another request.
  */
-import type { BucketSpec, LeaseGrant, LeaseRequest, Throttle } from "../../durable-objects/buckets.js";
+import {
+  LEASE_RESERVE,
+  type BucketSpec,
+  type LeaseGrant,
+  type LeaseRequest,
+  type Throttle,
+} from "../../durable-objects/buckets.js";
 import { later } from "../later.js";
 
 export interface LimiterStub {
@@ -46,9 +57,11 @@ class LocalBucket {
   allowance = 0;
   leasedAt = 0;
   debt = 0;
-  /** Debt sent with a lease that has not answered yet: it still counts against the cap. */
+  /** Debt sent with leases that have not answered yet: it still counts against the cap. */
   sending = 0;
+  /** The limiter could not grant `deniedNeed` units: until then, nothing as large is asked again. */
   deniedUntil = 0;
+  deniedNeed = Infinity;
   /** The limiter's remaining allowance when last heard from, and its reset time. */
   remaining: number;
   resetAt = 0;
@@ -71,14 +84,18 @@ class LocalBucket {
   maxDebt(settings: LeaseSettings): number {
     return Math.max(1, Math.floor(this.spec.limit * settings.maxShare));
   }
+
+  /** Milliseconds until `units` are back, by the limiter's last refusal; 0 when it is not known. */
+  refusedFor(units: number, now: number): number {
+    if (this.deniedUntil <= now || units < this.deniedNeed) return 0;
+    return this.deniedUntil - now + Math.ceil(((units - this.deniedNeed) * this.spec.windowMs) / this.spec.limit);
+  }
 }
 
 class Identity {
   readonly buckets = new Map<string, LocalBucket>();
-  syncing: Promise<void> | undefined;
-  /** A sync is due once the current request's own I/O is under way (`syncSoon`). */
-  due = false;
-  again: Promise<void> | undefined;
+  /** A top-up is due or on its way (in the `waitUntil` of the request that asked for it). */
+  topping = false;
   throttle: Throttle | null = null;
   /** A limiter that failed: until then, decide from the local fallback. */
   downUntil = 0;
@@ -87,8 +104,15 @@ class Identity {
 /** When a limiter object cannot be reached: admit at this share of the limit, per isolate. */
 const FALLBACK_SHARE = 0.125;
 const DOWN_RETRY_MS = 1_000;
-/** Within this share of the limit, the fast path waits for a lease instead of running up debt. */
-const NEAR_LIMIT = 0.2;
+
+/** What a request's own lease brought towards one check: its cost whole, or when to try again. */
+interface Grant {
+  units: number;
+  retryAfterMs: number;
+}
+
+/** How one check of a request is met, decided synchronously so that taking them all is atomic. */
+type Way = "held" | "fallback" | "allowance" | "credit";
 
 export class IsolateLimiter {
   private readonly identities = new Map<string, Identity>();
@@ -106,7 +130,7 @@ export class IsolateLimiter {
     return identity;
   }
 
-  private bucket(check: Check): LocalBucket {
+  private bucket(check: Omit<Check, "cost">): LocalBucket {
     const identity = this.identity(check.identity);
     let bucket = identity.buckets.get(check.bucket.name);
     if (!bucket || bucket.spec.limit !== check.bucket.limit || bucket.spec.windowMs !== check.bucket.windowMs) {
@@ -114,6 +138,7 @@ export class IsolateLimiter {
       bucket = new LocalBucket(check.bucket);
       if (old) {
         bucket.debt = old.debt;
+        bucket.sending = old.sending;
         bucket.allowance = old.allowance;
         bucket.leasedAt = old.leasedAt;
       }
@@ -134,91 +159,97 @@ export class IsolateLimiter {
   }
 
   /**
-   * A sync that no request waits for. It starts one timer turn later, so that the request that
-   * asked for it has its own I/O (the upstream call) under way first; until then further asks for
-   * the same identity join it.
+   * A top-up that no request waits for, in the `waitUntil` of the request that asked. It starts
+   * one timer turn later, so that this request has its own I/O (the upstream call) under way first;
+   * until it has answered, further asks for the same identity are covered by it.
    */
   private syncSoon(name: string, waitUntil: (p: Promise<unknown>) => void): void {
     const identity = this.identity(name);
-    if (identity.due) return;
-    identity.due = true;
+    if (identity.topping) return;
+    identity.topping = true;
     waitUntil(
-      later().then(() => {
-        identity.due = false;
-        return this.sync(name);
-      }),
+      later()
+        .then(() => this.leaseFor(name, new Map()))
+        .finally(() => {
+          identity.topping = false;
+        }),
     );
   }
 
-  /** Takes, returns and settles leases for every bucket of one identity in one round trip. */
-  sync(name: string): Promise<void> {
+  /**
+   * One lease call for every bucket of an identity: returns expired allowance, settles debt, asks
+   * for top-ups, and for `needs` (units this request must have, by bucket) all or nothing. Returns
+   * what was granted towards each need, kept apart for the request that asked; `undefined` when the
+   * limiter could not be reached.
+   */
+  private async leaseFor(name: string, needs: Map<LocalBucket, number>): Promise<Map<LocalBucket, Grant> | undefined> {
     const identity = this.identity(name);
-    // One lease call at a time per identity; a sync asked for meanwhile runs right after it, so
-    // that buckets created since (another class, the tokens bucket) are leased too.
-    if (identity.syncing) {
-      identity.again ??= identity.syncing.then(() => {
-        identity.again = undefined;
-        return this.sync(name);
+    const now = this.now();
+    const buckets = [...identity.buckets.values()];
+    const sent: number[] = [];
+    const requests: LeaseRequest[] = buckets.map((b) => {
+      const elapsed = Math.max(1, now - b.syncedAt);
+      b.rate = b.syncedAt === 0 ? b.spent / this.settings.ttlMs : 0.5 * b.rate + 0.5 * (b.spent / elapsed);
+      // A bucket a request lacks gives back what it holds, so that the limiter decides on all of it.
+      const expired = needs.has(b) || now - b.leasedAt >= this.settings.ttlMs;
+      const returned = expired ? b.allowance : 0;
+      if (expired) b.allowance = 0;
+      const request = { bucket: b.spec, need: needs.get(b) ?? 0, want: b.want(this.settings), returned, debt: b.debt };
+      sent.push(b.debt);
+      b.sending += b.debt;
+      b.debt = 0;
+      b.spent = 0;
+      b.syncedAt = now;
+      return request;
+    });
+    let answer: Awaited<ReturnType<LimiterStub["lease"]>>;
+    try {
+      answer = await this.stub(name).lease(requests);
+    } catch (err) {
+      // Put the debt and returns back for the next try; decide locally meanwhile.
+      buckets.forEach((b, i) => {
+        b.sending -= sent[i]!;
+        b.debt += sent[i]!;
+        b.allowance += requests[i]!.returned;
       });
-      return identity.again;
+      identity.downUntil = this.now() + DOWN_RETRY_MS;
+      console.error(JSON.stringify({ level: "warn", message: "rate limiter unreachable", error: String(err) }));
+      return undefined;
     }
-    identity.syncing = (async () => {
-      const now = this.now();
-      const buckets = [...identity.buckets.values()];
-      const requests: LeaseRequest[] = buckets.map((b) => {
-        const elapsed = Math.max(1, now - b.syncedAt);
-        b.rate = b.syncedAt === 0 ? b.spent / this.settings.ttlMs : 0.5 * b.rate + 0.5 * (b.spent / elapsed);
-        const expired = now - b.leasedAt >= this.settings.ttlMs;
-        const returned = expired ? b.allowance : 0;
-        if (expired) b.allowance = 0;
-        const request = { bucket: b.spec, want: b.want(this.settings), returned, debt: b.debt };
-        b.sending = b.debt;
-        b.debt = 0;
-        b.spent = 0;
-        b.syncedAt = now;
-        return request;
-      });
-      try {
-        const { grants, throttle } = await this.stub(name).lease(requests);
-        const at = this.now();
-        for (const b of buckets) b.sending = 0;
-        identity.throttle = throttle;
-        identity.downUntil = 0;
-        grants.forEach((grant, i) => {
-          const b = buckets[i]!;
-          b.allowance += grant.granted;
-          if (grant.granted > 0) b.leasedAt = at;
-          b.remaining = grant.remaining;
-          b.resetAt = at + grant.resetMs;
-          b.deniedUntil =
-            grant.granted === 0 && grant.retryAfterMs > 0 && b.allowance < 1 ? at + grant.retryAfterMs : 0;
-        });
-      } catch (err) {
-        // Put the debt back for the next try; decide locally meanwhile.
-        requests.forEach((r, i) => {
-          buckets[i]!.debt += r.debt;
-          buckets[i]!.sending = 0;
-        });
-        identity.downUntil = this.now() + DOWN_RETRY_MS;
-        console.error(JSON.stringify({ level: "warn", message: "rate limiter unreachable", error: String(err) }));
-      } finally {
-        identity.syncing = undefined;
+    const at = this.now();
+    identity.throttle = answer.throttle;
+    identity.downUntil = 0;
+    const held = new Map<LocalBucket, Grant>();
+    buckets.forEach((b, i) => {
+      const grant = answer.grants[i]!;
+      const need = requests[i]!.need ?? 0;
+      b.sending -= sent[i]!;
+      const mine = need > 0 && grant.granted >= need ? need : 0;
+      if (need > 0) held.set(b, { units: mine, retryAfterMs: Math.max(1, grant.retryAfterMs) });
+      b.allowance += grant.granted - mine;
+      if (grant.granted > 0) b.leasedAt = at;
+      b.remaining = grant.remaining;
+      b.resetAt = at + grant.resetMs;
+      if (need > 0 && mine === 0) {
+        b.deniedUntil = at + Math.max(1, grant.retryAfterMs);
+        b.deniedNeed = need;
+      } else if (grant.granted > 0 || grant.remaining >= b.deniedNeed) {
+        b.deniedUntil = 0;
+        b.deniedNeed = Infinity;
       }
-    })();
-    return identity.syncing;
+    });
+    return held;
   }
 
   /** The fallback when a limiter is down: a share of the limit, counted in this isolate only. */
-  private fallbackAdmit(check: Check, now: number): boolean {
+  private fallbackState(check: Check, now: number): { tokens: number; at: number } {
     const key = `${check.identity}\0${check.bucket.name}`;
     const limit = Math.max(1, check.bucket.limit * FALLBACK_SHARE);
     let state = this.fallback.get(key);
     if (!state) this.fallback.set(key, (state = { tokens: limit, at: now }));
     state.tokens = Math.min(limit, state.tokens + ((now - state.at) * limit) / check.bucket.windowMs);
     state.at = now;
-    if (state.tokens < check.cost) return false;
-    state.tokens -= check.cost;
-    return true;
+    return state;
   }
 
   private state(checks: Check[], now: number): PolicyState[] {
@@ -228,99 +259,113 @@ export class IsolateLimiter {
         policy: check.policy,
         limit: check.bucket.limit,
         windowSeconds: Math.round(check.bucket.windowMs / 1000),
-        remaining: Math.max(0, Math.floor(b.remaining + b.allowance - b.debt)),
+        remaining: Math.max(0, Math.floor(b.remaining + b.allowance - b.debt - b.sending)),
         resetSeconds: Math.max(0, Math.ceil((b.resetAt - now) / 1000)),
       };
     });
   }
 
-  /**
-   * A check whose limiter object is unreachable: refused when its class fails closed, else admitted
-   * within the local fallback and owed to the object for when it is back.
-   */
-  private whileDown(
-    check: Check,
-    b: LocalBucket,
-    checks: Check[],
-    now: number,
-    failClosed: boolean,
-  ): Extract<Decision, { ok: false }> | undefined {
-    if (failClosed)
-      return { ok: false, check, retryAfterMs: DOWN_RETRY_MS, state: this.state(checks, now), unavailable: true };
-    if (!this.fallbackAdmit(check, now))
-      return { ok: false, check, retryAfterMs: 1000, state: this.state(checks, now) };
-    b.debt += check.cost;
-    return undefined;
+  /** The fast path runs up debt only while the limit is far off, so that isolates together cannot overshoot. */
+  private onCredit(b: LocalBucket, cost: number): boolean {
+    const headroom = b.remaining - b.debt - b.sending - cost;
+    return b.debt + b.sending + cost <= b.maxDebt(this.settings) && headroom >= LEASE_RESERVE * b.spec.limit;
   }
 
   /**
    * Admits a request against every check, or names the first limit it hits. `fast` never waits
-   * for a limiter object (the tab path); otherwise a request without local allowance waits for one
-   * lease. `failClosed` refuses instead of falling back when a limiter cannot be reached.
+   * for a limiter object while its limit is far off (the tab path); otherwise a request without
+   * local allowance asks for its cost in a lease of its own. `failClosed` refuses instead of
+   * falling back when a limiter cannot be reached. Nothing is taken unless every check passes.
    */
   async admit(
     checks: Check[],
     options: { fast: boolean; failClosed: boolean; waitUntil: (p: Promise<unknown>) => void },
   ): Promise<Decision> {
-    let now = this.now();
-    const taken: [LocalBucket, number][] = [];
-    const refund = () => taken.forEach(([b, n]) => (b.allowance += n));
-    for (const check of checks) {
-      const b = this.bucket(check);
-      const identity = this.identity(check.identity);
-      // At most two passes: from the local lease, then once more after waiting for a lease.
-      for (let synced = false; ; synced = true) {
-        if (identity.downUntil > now) {
-          const refused = this.whileDown(check, b, checks, now, options.failClosed);
-          if (refused) {
-            refund();
-            return refused;
-          }
-          break;
-        }
-        if (b.allowance >= check.cost) {
-          b.allowance -= check.cost;
-          b.spent += check.cost;
-          taken.push([b, check.cost]);
-          // Top up before it runs out, off the request's path.
-          if (b.allowance < b.want(this.settings) / 2) this.syncSoon(check.identity, options.waitUntil);
-          break;
-        }
-        if (synced || b.deniedUntil > now) {
-          refund();
-          return { ok: false, check, retryAfterMs: Math.max(1, b.deniedUntil - now), state: this.state(checks, now) };
-        }
-        // The fast path runs up debt only while the limit is far off; within the last 20% it waits
-        // for a lease like any other request, so that isolates together cannot overshoot.
-        const headroom = b.remaining - b.debt - b.sending - check.cost;
-        if (
-          options.fast &&
-          b.debt + b.sending + check.cost <= b.maxDebt(this.settings) &&
-          headroom >= NEAR_LIMIT * b.spec.limit
-        ) {
-          b.debt += check.cost;
-          b.spent += check.cost;
-          this.syncSoon(check.identity, options.waitUntil);
-          break;
-        }
-        await this.sync(check.identity);
-        now = this.now();
-      }
-    }
-    // Read for the response's RateLimit fields, after the request is on its way.
-    const state = () => this.state(checks, now);
-    return {
-      ok: true,
-      get state() {
-        return state();
-      },
+    /** Units this request's own leases brought for each check (granted whole, or not at all). */
+    const held = new Map<Check, Grant>();
+    const refuse = (check: Check, retryAfterMs: number, now: number, unavailable = false): Decision => {
+      for (const [c, grant] of held) this.bucket(c).allowance += grant.units;
+      return {
+        ok: false,
+        check,
+        retryAfterMs: Math.max(1, retryAfterMs),
+        state: this.state(checks, now),
+        ...(unavailable ? { unavailable: true as const } : {}),
+      };
     };
+    for (;;) {
+      const now = this.now();
+      const ways: Way[] = [];
+      const lacking: Check[] = [];
+      for (const check of checks) {
+        const b = this.bucket(check);
+        const grant = held.get(check);
+        if (grant && grant.units >= check.cost) {
+          ways.push("held");
+          continue;
+        }
+        if (this.identity(check.identity).downUntil > now) {
+          if (options.failClosed) return refuse(check, DOWN_RETRY_MS, now, true);
+          if (this.fallbackState(check, now).tokens < check.cost) return refuse(check, DOWN_RETRY_MS, now);
+          ways.push("fallback");
+          continue;
+        }
+        if (b.allowance >= check.cost) ways.push("allowance");
+        else if (options.fast && this.onCredit(b, check.cost)) ways.push("credit");
+        else {
+          // Asked already in this request, and the limiter had less than the cost: the limit is spent.
+          if (grant) return refuse(check, grant.retryAfterMs, now);
+          const known = b.allowance > 0 ? 0 : b.refusedFor(check.cost, now);
+          if (known > 0) return refuse(check, known, now);
+          lacking.push(check);
+        }
+      }
+      if (lacking.length === 0) {
+        checks.forEach((check, i) => this.take(check, ways[i]!, held.get(check)?.units ?? 0, now, options.waitUntil));
+        const state = () => this.state(checks, now);
+        // Read for the response's RateLimit fields, after the request is on its way.
+        return {
+          ok: true,
+          get state() {
+            return state();
+          },
+        };
+      }
+      const byIdentity = new Map<string, Check[]>();
+      for (const check of lacking) byIdentity.set(check.identity, [...(byIdentity.get(check.identity) ?? []), check]);
+      await Promise.all(
+        [...byIdentity].map(async ([name, group]) => {
+          const needs = new Map(group.map((check) => [this.bucket(check), check.cost] as const));
+          const granted = await this.leaseFor(name, needs);
+          // Unreachable: the next pass decides from the fallback.
+          if (granted) for (const check of group) held.set(check, granted.get(this.bucket(check))!);
+        }),
+      );
+    }
   }
 
-  /** Charges spent units after the fact (tokens from metered usage): debt settled at the next lease. */
+  private take(check: Check, way: Way, held: number, now: number, waitUntil: (p: Promise<unknown>) => void): void {
+    const b = this.bucket(check);
+    b.spent += check.cost;
+    if (way === "held") {
+      b.allowance += held - check.cost;
+    } else if (way === "fallback") {
+      this.fallbackState(check, now).tokens -= check.cost;
+      b.debt += check.cost;
+    } else if (way === "allowance") {
+      b.allowance -= check.cost;
+      // Top up before it runs out, off the request's path.
+      if (b.allowance < b.want(this.settings) / 2) this.syncSoon(check.identity, waitUntil);
+    } else {
+      b.debt += check.cost;
+      this.syncSoon(check.identity, waitUntil);
+    }
+  }
+
+  /** Charges spent units after the fact (tokens beyond a reservation): debt settled at the next lease. */
   charge(check: Omit<Check, "cost">, amount: number, waitUntil: (p: Promise<unknown>) => void): void {
     if (amount <= 0) return;
-    const b = this.bucket({ ...check, cost: amount });
+    const b = this.bucket(check);
     const fromAllowance = Math.min(b.allowance, amount);
     b.allowance -= fromAllowance;
     b.debt += amount - fromAllowance;
@@ -329,13 +374,31 @@ export class IsolateLimiter {
     // running low, needs a call, and charges in a burst share it.
     if (b.debt > 0 || b.allowance < b.want(this.settings) / 2) this.syncSoon(check.identity, waitUntil);
   }
+
+  /** Gives back reserved units a request did not use: local allowance, returned with the next lease. */
+  refund(check: Omit<Check, "cost">, amount: number): void {
+    if (amount <= 0) return;
+    const b = this.bucket(check);
+    b.allowance += amount;
+    b.spent = Math.max(0, b.spent - amount);
+  }
 }
 
 /** `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers). */
-export function rateLimitHeaders(state: PolicyState[]): Record<string, string> {
+export function rateLimitHeaders(
+  state: PolicyState[],
+  refused?: { policy: string; retryAfterSeconds: number },
+): Record<string, string> {
   if (state.length === 0) return {};
   const policies = state.map((s) => `"${s.policy}";q=${s.limit};w=${s.windowSeconds}`).join(", ");
-  // The field reports the policy closest to its limit.
+  // A refusal reports the limit that refused it, with `t` the seconds until its cost is back (as
+  // `Retry-After`); otherwise the field reports the policy closest to its limit and when it is full.
+  const hit = refused && state.find((s) => s.policy === refused.policy);
+  if (hit)
+    return {
+      "RateLimit-Policy": policies,
+      RateLimit: `"${hit.policy}";r=${hit.remaining};t=${refused.retryAfterSeconds}`,
+    };
   const tightest = state.reduce((a, b) => (b.remaining / b.limit < a.remaining / a.limit ? b : a));
   return {
     "RateLimit-Policy": policies,

@@ -6,6 +6,7 @@
 import {
   DEFAULT_PLAN_LIMITS,
   LimitsConfig,
+  TOKEN_RESERVE,
   type LimitClass,
   type Limits,
   type LimitScope,
@@ -82,7 +83,7 @@ function checksOf(limits: Limits | undefined, cls: LimitClass, scope: LimitScope
       identity,
       policy: `${cls}-tokens-${scope}`,
       bucket: { name: `${cls}:tokens`, limit: limits.tokens.limit, windowMs: limits.tokens.windowSeconds * 1000 },
-      // One token up front; the rest is charged from metered usage after the response.
+      // Replaced by the request's reservation (`tokenReserve`) in `enforceLimits`, settled after the response.
       cost: 1,
       describe: `${owner} ${number(limits.tokens.limit)} ${cls} tokens ${per(limits.tokens.windowSeconds)} per ${SCOPE_WORDS[scope]}`,
     });
@@ -164,4 +165,24 @@ export function limitsFor(config: LimitsConfig, cls: LimitClass, caller: Caller)
   }
   plan.tokens = plan.checks.filter((c) => c.bucket.name.endsWith(":tokens"));
   return plan;
+}
+
+/** Characters of text in a request body's prompt fields (strings at any depth). */
+function textLength(value: unknown, depth = 0): number {
+  if (typeof value === "string") return value.length;
+  if (depth > 8 || value === null || typeof value !== "object") return 0;
+  let total = 0;
+  for (const item of Array.isArray(value) ? value : Object.values(value)) total += textLength(item, depth + 1);
+  return total;
+}
+
+const PROMPT_FIELDS = ["messages", "prompt", "suffix", "input", "tools", "prediction"] as const;
+
+/** What a gateway request reserves of its tokens limits (`TOKEN_RESERVE`). */
+export function tokenReserve(body: Record<string, unknown>): number {
+  let chars = 0;
+  for (const field of PROMPT_FIELDS) chars += textLength(body[field]);
+  const limit = body.max_completion_tokens ?? body.max_tokens;
+  const completion = typeof limit === "number" ? limit : TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE;
+  return Math.ceil(chars / TOKEN_RESERVE.CHARS_PER_TOKEN) + completion;
 }
