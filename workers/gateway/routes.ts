@@ -13,7 +13,7 @@ import { ApiError } from "../problem.js";
 import type { Location } from "./balancer.js";
 import { poolClass, type Surface } from "./config.js";
 import { enforceLimits } from "../limits/enforce.js";
-import { tokenReserve } from "../limits/policy.js";
+import { tokenReserve } from "../../protocol/limits.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish } from "./proxy.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";

@@ -6,7 +6,6 @@
 import {
   DEFAULT_PLAN_LIMITS,
   LimitsConfig,
-  TOKEN_RESERVE,
   type LimitClass,
   type Limits,
   type LimitScope,
@@ -165,24 +164,4 @@ export function limitsFor(config: LimitsConfig, cls: LimitClass, caller: Caller)
   }
   plan.tokens = plan.checks.filter((c) => c.bucket.name.endsWith(":tokens"));
   return plan;
-}
-
-/** Characters of text in a request body's prompt fields (strings at any depth). */
-function textLength(value: unknown, depth = 0): number {
-  if (typeof value === "string") return value.length;
-  if (depth > 8 || value === null || typeof value !== "object") return 0;
-  let total = 0;
-  for (const item of Array.isArray(value) ? value : Object.values(value)) total += textLength(item, depth + 1);
-  return total;
-}
-
-const PROMPT_FIELDS = ["messages", "prompt", "suffix", "input", "tools", "prediction"] as const;
-
-/** What a gateway request reserves of its tokens limits (`TOKEN_RESERVE`). */
-export function tokenReserve(body: Record<string, unknown>): number {
-  let chars = 0;
-  for (const field of PROMPT_FIELDS) chars += textLength(body[field]);
-  const limit = body.max_completion_tokens ?? body.max_tokens;
-  const completion = typeof limit === "number" ? limit : TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE;
-  return Math.ceil(chars / TOKEN_RESERVE.CHARS_PER_TOKEN) + completion;
 }
