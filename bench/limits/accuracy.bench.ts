@@ -72,6 +72,79 @@ async function compliant(limit: number, windowMs: number, seconds: number) {
   return { limit, windowMs, sent: total, refused };
 }
 
+/**
+ * 8 isolates with 16 requests in flight in each, 2x the limit offered: what is admitted, and how
+ * many refusals came while the limit still had quota (admitted plus in flight below the limit).
+ */
+async function concurrentBurst(limit: number, fast: boolean) {
+  const object = stub();
+  const isolates = Array.from({ length: ISOLATES }, () => new IsolateLimiter(() => object, SETTINGS));
+  const pending: Promise<unknown>[] = [];
+  let offered = 0;
+  let admitted = 0;
+  let inflight = 0;
+  let early = 0;
+  const total = limit * 2;
+  await Promise.all(
+    isolates.flatMap((isolate) =>
+      Array.from({ length: 16 }, async () => {
+        while (offered < total) {
+          offered++;
+          inflight++;
+          const d = await isolate.admit([check(limit, 3_600_000)], {
+            fast,
+            failClosed: false,
+            waitUntil: (p) => pending.push(p),
+          });
+          inflight--;
+          if (d.ok) admitted++;
+          else if (admitted + inflight < limit) early++;
+        }
+      }),
+    ),
+  );
+  await Promise.all(pending);
+  return { admitted, early, offered };
+}
+
+/**
+ * A tokens limit: requests reserve `reserve` tokens, use 25% to 100% of it, and settle after a
+ * few milliseconds; `concurrency` in flight in each of the 8 isolates, until each sender is refused.
+ */
+async function tokens(limit: number, reserve: number, concurrency: number) {
+  const object = stub();
+  const isolates = Array.from({ length: ISOLATES }, () => new IsolateLimiter(() => object, SETTINGS));
+  const pending: Promise<unknown>[] = [];
+  const c: Check = {
+    identity: "key:bench",
+    policy: "chat-tokens-key",
+    bucket: { name: "chat:tokens", limit, windowMs: 3_600_000 },
+    cost: reserve,
+    describe: "bench",
+  };
+  let used = 0;
+  let requests = 0;
+  let seed = 7;
+  const share = () => 0.25 + 0.75 * ((seed = (seed * 48271) % 2147483647) / 2147483647);
+  await Promise.all(
+    isolates.flatMap((isolate) =>
+      Array.from({ length: concurrency }, async () => {
+        for (;;) {
+          const d = await isolate.admit([c], { fast: false, failClosed: false, waitUntil: (p) => pending.push(p) });
+          if (!d.ok) return;
+          requests++;
+          await new Promise((r) => setTimeout(r, 2));
+          const actual = Math.round(reserve * share());
+          used += actual;
+          isolate.refund(c, reserve - actual);
+        }
+      }),
+    ),
+  );
+  await Promise.all(pending);
+  return { limit, reserve, concurrency, used, requests };
+}
+
 it("limiter accuracy with 8 isolates bursting", async () => {
   const lines = [
     `Limiter accuracy: ${ISOLATES} simulated isolates bursting at 2x the limit against one limiter object`,
@@ -91,5 +164,22 @@ it("limiter accuracy with 8 isolates bursting", async () => {
   lines.push(
     `  compliant client at 90% of ${c.limit} per ${c.windowMs / 1000} s over ${seconds} s: ${c.sent} sent, ${c.refused} refused`,
   );
+  lines.push(`8 isolates, 16 requests in flight in each, 2x the limit offered:`);
+  for (const fast of [true, false]) {
+    for (const limit of [100, 1_000].map((l) => Math.max(50, Math.round(l * Math.min(1, scale))))) {
+      const r = await concurrentBurst(limit, fast);
+      lines.push(
+        `  ${fast ? "fast path (tab)" : "waiting path   "} | limit ${limit.toLocaleString("en-US")} | offered ${r.offered} | admitted ${r.admitted} | refused while quota was left: ${r.early}`,
+      );
+      expect(r.admitted).toBeGreaterThan(0);
+    }
+  }
+  lines.push(`Tokens limit, 8 isolates, requests reserving 500 and using 25-100% of it, until each sender is refused:`);
+  for (const concurrency of [1, 8]) {
+    const r = await tokens(20_000, 500, concurrency);
+    lines.push(
+      `  ${concurrency} in flight per isolate | limit ${r.limit.toLocaleString("en-US")} | ${r.requests} requests | used ${r.used.toLocaleString("en-US")} (${r.used > r.limit ? "+" : ""}${(r.used - r.limit).toLocaleString("en-US")}, one reservation is ${r.reserve})`,
+    );
+  }
   console.log(lines.join("\n"));
 });
