@@ -1,15 +1,42 @@
 /**
- * `npm test`: type-checks everything (tests included), runs every vitest project, and ends
- * with the plain `N passed, N failed` line that CI reads. Extra arguments go to vitest.
+ * `npm test`: type-checks everything (tests included), runs every vitest project, reads every edge's
+ * log for the Workers runtime's cross-request and hung-request messages, and ends with the plain
+ * `N passed, N failed` line that CI reads. Extra arguments go to vitest.
  */
-import { spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { EDGE_LOG_DIR, scanRuntimeLogFiles } from "./runtime-log-scan.js";
 
 const REPORT = ".vitest/results.json";
+/** vitest's own output: the pool's workerd and any Miniflare run inside a test process write there. */
+const OUTPUT = ".vitest/output.log";
 
 function run(command: string, args: string[]): boolean {
   console.log(`\n$ ${command} ${args.join(" ")}`);
   return spawnSync(command, args, { stdio: "inherit" }).status === 0;
+}
+
+/** Runs a command with its stdout and stderr both streamed to ours and copied to `file`. */
+async function runTee(command: string, args: string[], file: string): Promise<boolean> {
+  console.log(`\n$ ${command} ${args.join(" ")}`);
+  const log = openSync(file, "w");
+  const child = spawn(command, args, {
+    stdio: ["inherit", "pipe", "pipe"],
+    // Piped, vitest would drop colours that a terminal shows.
+    env: { ...process.env, FORCE_COLOR: process.env.FORCE_COLOR ?? (process.stdout.isTTY ? "1" : undefined) },
+  });
+  for (const [from, to] of [
+    [child.stdout, process.stdout],
+    [child.stderr, process.stderr],
+  ] as const)
+    from.on("data", (d: Buffer) => {
+      to.write(d);
+      writeSync(log, d);
+    });
+  const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+  closeSync(log);
+  return code === 0;
 }
 
 let failed = 0;
@@ -21,14 +48,12 @@ for (const project of ["tsconfig.json", "tsconfig.node.json"]) {
 
 mkdirSync(".vitest", { recursive: true });
 rmSync(REPORT, { force: true });
-const vitestOk = run("npx", [
-  "vitest",
-  "run",
-  "--reporter=default",
-  "--reporter=json",
-  `--outputFile.json=${REPORT}`,
-  ...process.argv.slice(2),
-]);
+rmSync(EDGE_LOG_DIR, { recursive: true, force: true });
+const vitestOk = await runTee(
+  "npx",
+  ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${REPORT}`, ...process.argv.slice(2)],
+  OUTPUT,
+);
 
 try {
   const report = JSON.parse(readFileSync(REPORT, "utf8")) as { numPassedTests: number; numFailedTests: number };
@@ -37,6 +62,23 @@ try {
   // A crash outside any test (an unhandled error, a failed setup) fails the run even with no failed test.
   if (!vitestOk && report.numFailedTests === 0) failed++;
 } catch {
+  failed++;
+}
+
+let edgeLogs: string[] = [];
+try {
+  edgeLogs = readdirSync(EDGE_LOG_DIR).map((name) => join(EDGE_LOG_DIR, name));
+} catch {
+  // No test started a local edge.
+}
+const logs = [OUTPUT, ...edgeLogs];
+const faults = await scanRuntimeLogFiles(logs);
+if (faults.length === 0) {
+  console.log(`\nNo cross-request or hung-request message from the Workers runtime in ${logs.length} logs.`);
+  passed++;
+} else {
+  console.log("\nThe Workers runtime reported cross-request or hung-request I/O:");
+  for (const fault of faults) console.log(`${fault.file}:${fault.line}: ${fault.text}`);
   failed++;
 }
 

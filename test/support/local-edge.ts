@@ -1,11 +1,12 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
+import { EDGE_LOG_DIR } from "../../scripts/runtime-log-scan.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -128,6 +129,16 @@ function groupCpuSeconds(group: number): number | undefined {
 }
 
 /**
+ * A new file under `.vitest/edge-logs` for one edge's whole output, which `npm test` reads for the
+ * runtime's cross-request and hung-request messages once the tests are done.
+ */
+export function edgeLogFile(name: string): string {
+  const dir = join(ROOT, EDGE_LOG_DIR);
+  mkdirSync(dir, { recursive: true });
+  return join(dir, `${name}-${process.pid}-${Math.random().toString(36).slice(2, 8)}.log`);
+}
+
+/**
  * Runs `npm start`'s script exactly as a user would, on its own port, state and config directories;
  * with `dev`, `npm run dev`'s (the same under `wrangler dev`).
  */
@@ -158,14 +169,19 @@ export async function startLocalEdge(
     },
   );
   // The start of the output (the ready line, the bindings) and its latest 4 MiB: a flood of errors
-  // from a long benchmark must not outgrow a string.
+  // from a long benchmark must not outgrow a string. All of it goes to the log file, written as it
+  // arrives (synchronously, so none is lost if the test's process ends before the edge does).
   let head = "";
+  const file = openSync(edgeLogFile(`edge-${port}`), "a");
   const keep = (d: Buffer) => {
     if (head.length < 64 * 1024) head += d;
     log = (log + d).slice(-4 * 2 ** 20);
+    writeSync(file, d);
   };
   child.stdout!.on("data", keep);
   child.stderr!.on("data", keep);
+  // After "close", not "exit": the pipes may still hold output when the process exits.
+  child.once("close", () => closeSync(file));
   const stop = async () => {
     if (child.exitCode !== null) return;
     const exited = new Promise((resolve) => child.once("exit", resolve));
