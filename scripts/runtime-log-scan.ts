@@ -11,6 +11,8 @@ export const RUNTIME_FAULTS = [
   "Cannot perform I/O on behalf of a different request",
   "Cannot perform I/O on behalf of a different Durable Object",
   "The Workers runtime canceled this request because it detected that your Worker's code had hung",
+  // workerd's warning when one request settles a promise another awaits: the first sign of the above.
+  "A promise was resolved or rejected from a different request context",
 ] as const;
 
 /** Where each local edge a test starts keeps a copy of its output, relative to the checkout. */

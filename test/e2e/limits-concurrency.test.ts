@@ -2,6 +2,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tokenReserve } from "../../protocol/limits.js";
 import { VIRGINIA, sleep, startGateway, type GatewayFixture } from "../support/gateway.js";
+import { LimitLedger, inParallel } from "../support/limit-ledger.js";
 
 /**
  * The limiter under concurrent traffic through the real local edge (`npm start`'s script), the
@@ -116,97 +117,62 @@ describe("the limiter under concurrency, through the local edge", () => {
   it("serves nothing over any limit, refuses only spent limits, and says truthfully when each is back", async () => {
     const callers = [...(await org(2, 2, LIMITS)), ...(await org(3, 1, LIMITS)), ...(await org(1, 2, LIMITS))];
     expect(callers.length).toBeGreaterThanOrEqual(8);
-    /** Requests (or tokens, for a tokens limit) served by each limit, and requests in flight on it. */
-    const served = new Map<string, number>();
-    const inflight = new Map<string, number>();
-    const bump = <K>(map: Map<K, number>, name: K, by: number) => map.set(name, (map.get(name) ?? 0) + by);
-    const violations: string[] = [];
-    const statuses = new Map<number, number>();
-    let random = 0x2545f491;
-    const rand = (n: number) => {
-      random = (Math.imul(random ^ (random >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0;
-      return random % n;
+    const ledger = new LimitLedger(0x2545f491);
+    /** A limit's size: `<class>-[tokens-]<scope>:<id>`. */
+    const limitOf = (name: string) => {
+      const parts = name.slice(0, name.indexOf(":")).split("-");
+      const limits = (
+        LIMITS[parts[0] as Cls] as Record<string, { requests?: { limit: number }; tokens?: { limit: number } }>
+      )[parts.at(-1)!]!;
+      return (parts[1] === "tokens" ? limits.tokens : limits.requests)!.limit;
     };
+    const isTokens = (name: string) => name.includes("-tokens-");
     const started = Date.now();
-    let next = 0;
-    const TOTAL = 2_000;
 
-    await Promise.all(
-      Array.from({ length: 16 }, async () => {
-        while (next++ < TOTAL) {
-          const caller = callers[rand(callers.length)]!;
-          const cls = CLASSES[rand(CLASSES.length)]!;
-          const policies = Object.entries(LIMITS[cls]).flatMap(([scope, limits]) =>
-            Object.keys(limits).map((kind) => ({
-              name: `${cls}-${kind === "tokens" ? "tokens-" : ""}${scope}:${caller.ids[scope as "key" | "org"]}`,
-              tokens: kind === "tokens",
-            })),
-          );
-          policies.forEach((p) => bump(inflight, p.name, 1));
-          const answer = await send(caller, cls);
-          policies.forEach((p) => bump(inflight, p.name, -1));
-          bump(statuses, answer.status, 1);
-          if (answer.status === 200) {
-            policies.forEach((p) => bump(served, p.name, p.tokens ? answer.tokens : 1));
-            continue;
-          }
-          const field = answer.headers.get("ratelimit") ?? "";
-          const policy = field.match(/^"([a-z-]+)";r=(\d+);t=(\d+)$/);
-          if (answer.status !== 429 || !policy) {
-            violations.push(`${cls}: ${answer.status} ${field} ${answer.body.slice(0, 200)}`);
-            continue;
-          }
-          const [, refusedBy, left, t] = policy;
-          const scope = refusedBy!.split("-").at(-1) as "key" | "org";
-          const name = `${refusedBy}:${caller.ids[scope]}`;
-          const retryAfter = Number(answer.headers.get("retry-after"));
-          if (t !== String(retryAfter)) violations.push(`${name}: RateLimit ${field} with Retry-After ${retryAfter}`);
-          if (refusedBy!.includes("-tokens-")) {
-            const limit = LIMITS.chat.org.tokens.limit;
-            // Refused when what is left cannot cover a reservation; served requests' refunds may
-            // still be on their way, so one more reservation of slack is allowed.
-            const spent = (served.get(name) ?? 0) + (inflight.get(name) ?? 0) * RESERVE;
-            if (spent + 2 * RESERVE <= limit) violations.push(`${name} refused with ${spent} of ${limit} tokens spent`);
-            if (Number(left) >= RESERVE) violations.push(`${name} refused with ${left} tokens left`);
-            if (!(retryAfter >= 1 && retryAfter <= Math.ceil((RESERVE * DAY) / limit)))
-              violations.push(`${name}: Retry-After ${retryAfter}`);
-          } else {
-            const limit = (LIMITS[cls] as Record<string, { requests: { limit: number } }>)[scope]!.requests.limit;
-            const spent = (served.get(name) ?? 0) + (inflight.get(name) ?? 0);
-            if (spent < limit)
-              violations.push(
-                `${name} refused with ${served.get(name) ?? 0} served and ${inflight.get(name) ?? 0} in flight of ${limit}`,
-              );
-            if (left !== "0") violations.push(`${name}: RateLimit ${field}`);
-            if (!(retryAfter >= 1 && retryAfter <= Math.ceil(DAY / limit)))
-              violations.push(`${name}: Retry-After ${retryAfter}`);
-          }
-        }
-      }),
-    );
+    await inParallel(2_000, 16, async () => {
+      const caller = callers[ledger.random(callers.length)]!;
+      const cls = CLASSES[ledger.random(CLASSES.length)]!;
+      const limits = Object.entries(LIMITS[cls]).flatMap(([scope, kinds]) =>
+        Object.keys(kinds).map(
+          (kind) => `${cls}-${kind === "tokens" ? "tokens-" : ""}${scope}:${caller.ids[scope as "key" | "org"]}`,
+        ),
+      );
+      ledger.sent(limits);
+      const answer = await send(caller, cls);
+      ledger.answered(limits, answer.status, (name) => (isTokens(name) ? answer.tokens : 1));
+      if (answer.status === 200) return;
+      const field = answer.headers.get("ratelimit");
+      const policy = field?.match(/^"([a-z-]+)";r=(\d+);t=(\d+)$/);
+      if (answer.status !== 429 || !policy) {
+        ledger.violations.push(`${cls}: ${answer.status} ${field} ${answer.body.slice(0, 200)}`);
+        return;
+      }
+      const [, refusedBy, left, t] = policy;
+      const name = `${refusedBy}:${caller.ids[refusedBy!.split("-").at(-1) as "key" | "org"]}`;
+      const retryAfter = answer.headers.get("retry-after");
+      if (!isTokens(name)) {
+        ledger.refusedByRequests(name, limitOf(name), DAY, field, retryAfter);
+        return;
+      }
+      // A tokens limit refuses when what is left cannot cover the reservation. Served requests'
+      // refunds may still be on their way, so one more reservation of slack is allowed.
+      const limit = limitOf(name);
+      const spent = (ledger.served.get(name) ?? 0) + (ledger.inflight.get(name) ?? 0) * RESERVE;
+      if (spent + 2 * RESERVE <= limit)
+        ledger.violations.push(`${name} refused with ${spent} of ${limit} tokens spent`);
+      if (Number(left) >= RESERVE) ledger.violations.push(`${name} refused with ${left} tokens left`);
+      if (t !== retryAfter || !(Number(t) >= 1 && Number(t) <= Math.ceil((RESERVE * DAY) / limit)))
+        ledger.violations.push(`${name}: RateLimit ${field} with Retry-After ${retryAfter}`);
+    });
 
-    const elapsedDays = (Date.now() - started) / 1000 / DAY;
-    for (const [name, count] of served) {
-      const [policy] = name.split(":");
-      const parts = policy!.split("-");
-      const cls = parts[0] as Cls;
-      const scope = parts.at(-1) as "key" | "org";
-      const limits = (LIMITS[cls] as Record<string, { requests?: { limit: number }; tokens?: { limit: number } }>)[
-        scope
-      ]!;
-      const limit = (parts[1] === "tokens" ? limits.tokens : limits.requests)!.limit;
-      // A tokens limit may be passed by at most one request's reservation.
-      const allowed = limit * (1 + elapsedDays) + (parts[1] === "tokens" ? RESERVE : 0);
-      if (count > allowed) violations.push(`${name} served ${count} of ${limit}`);
-    }
-    expect(violations).toEqual([]);
-    expect([...statuses.keys()].sort()).toEqual([200, 429]);
+    const refill = (Date.now() - started) / 1000 / DAY;
+    // A tokens limit may be passed by at most one request's reservation.
+    ledger.checkServed(limitOf, (name) => limitOf(name) * refill + (isTokens(name) ? RESERVE : 0));
+    expect(ledger.violations).toEqual([]);
+    expect([...ledger.statuses.keys()].sort()).toEqual([200, 429]);
     // Both answers many times, or the test shows nothing.
-    expect(statuses.get(200)!).toBeGreaterThan(300);
-    expect(statuses.get(429)!).toBeGreaterThan(500);
-    console.log(
-      `2,000 requests through the local edge: ${JSON.stringify(Object.fromEntries(statuses))} in ${Date.now() - started} ms`,
-    );
+    expect(ledger.statuses.get(200)!).toBeGreaterThan(300);
+    expect(ledger.statuses.get(429)!).toBeGreaterThan(500);
   }, 600_000);
 
   it.each([1, 8])("passes a tokens limit by at most one request's reservation, %i at a time", async (concurrency) => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { adminCall, call, createAccount, expectJson, type Account } from "./harness.js";
 import { CreatedApiKey, User } from "../../protocol/schemas.js";
+import { LimitLedger, inParallel } from "../support/limit-ledger.js";
 
 /**
  * The limiter under concurrent traffic through the real Worker and real limiter objects: many
@@ -70,16 +71,6 @@ async function org(users: number, keysPerUser: number, limits: unknown): Promise
   return callers;
 }
 
-/** Runs `total` tasks, `concurrency` at a time. */
-async function pool(total: number, concurrency: number, task: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < total) await task(next++);
-    }),
-  );
-}
-
 describe("the limiter under concurrency", () => {
   it("never refuses a burst well inside the limits", async () => {
     const minute = (limit: number) => ({ requests: { limit, windowSeconds: 60 } });
@@ -122,65 +113,45 @@ describe("the limiter under concurrency", () => {
   it("serves nothing over any limit, refuses only spent limits, and says truthfully when each is back", async () => {
     const callers = [...(await org(2, 2, overrides)), ...(await org(3, 1, overrides)), ...(await org(1, 2, overrides))];
     expect(callers.length).toBeGreaterThanOrEqual(8);
-    const served = new Map<string, number>();
-    const inflight = new Map<string, number>();
-    const bump = <K>(map: Map<K, number>, name: K, by: number) => map.set(name, (map.get(name) ?? 0) + by);
-    const violations: string[] = [];
-    const statuses = new Map<number, number>();
-    let random = 0x9e3779b9;
-    const rand = (n: number) => {
-      random = (Math.imul(random ^ (random >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0;
-      return random % n;
+    const ledger = new LimitLedger(0x9e3779b9);
+    const limitOf = (name: string) => {
+      const [cls, scope] = name.slice(0, name.indexOf(":")).split("-") as [Cls, string];
+      return (LIMITS[cls] as Record<string, number>)[scope]!;
     };
     const started = Date.now();
 
-    await pool(REQUESTS, 16, async () => {
-      const caller = callers[rand(callers.length)]!;
-      const cls: Cls = rand(2) === 0 ? "admin" : "index";
+    await inParallel(REQUESTS, 16, async () => {
+      const caller = callers[ledger.random(callers.length)]!;
+      const cls: Cls = ledger.random(2) === 0 ? "admin" : "index";
       const scopes = Object.keys(LIMITS[cls]) as (keyof Caller["ids"])[];
-      const names = scopes.map((scope) => `${cls}-${scope}:${caller.ids[scope]}`);
-      names.forEach((n) => bump(inflight, n, 1));
+      const limits = scopes.map((scope) => `${cls}-${scope}:${caller.ids[scope]}`);
+      ledger.sent(limits);
       const response = await call(ROUTES[cls], { token: caller.key });
       const text = await response.text();
-      names.forEach((n) => bump(inflight, n, -1));
-      bump(statuses, response.status, 1);
-      if (response.status === 200) {
-        names.forEach((n) => bump(served, n, 1));
+      ledger.answered(limits, response.status);
+      if (response.status === 200) return;
+      if (response.status !== 429 || !response.headers.get("X-Request-Id")) {
+        ledger.violations.push(`${response.status}: ${text.slice(0, 200)}`);
         return;
       }
-      if (response.status !== 429) {
-        violations.push(`${response.status}: ${text.slice(0, 200)}`);
-        return;
-      }
-      const problem = JSON.parse(text) as { limit: string };
-      const scope = problem.limit.slice(cls.length + 1) as keyof Caller["ids"];
-      const limit = (LIMITS[cls] as Record<string, number>)[scope]!;
-      const name = `${problem.limit}:${caller.ids[scope]}`;
-      const spent = (served.get(name) ?? 0) + (inflight.get(name) ?? 0);
-      if (spent < limit)
-        violations.push(
-          `${name} refused with ${served.get(name) ?? 0} served and ${inflight.get(name) ?? 0} in flight of ${limit}`,
-        );
-      const retryAfter = Number(response.headers.get("Retry-After"));
-      // With the bucket below one unit, one unit is back within a day's share of it.
-      if (!(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= Math.ceil(DAY / limit)))
-        violations.push(`${name}: Retry-After ${response.headers.get("Retry-After")}`);
-      const field = response.headers.get("RateLimit");
-      if (field !== `"${problem.limit}";r=0;t=${retryAfter}`) violations.push(`${name}: RateLimit ${field}`);
-      if (!response.headers.get("X-Request-Id")) violations.push(`${name}: no X-Request-Id`);
+      const { limit: policy } = JSON.parse(text) as { limit: string };
+      const scope = policy.slice(cls.length + 1) as keyof Caller["ids"];
+      const name = `${policy}:${caller.ids[scope]}`;
+      ledger.refusedByRequests(
+        name,
+        limitOf(name),
+        DAY,
+        response.headers.get("RateLimit"),
+        response.headers.get("Retry-After"),
+      );
     });
 
-    const refill = ((Date.now() - started) / 1000 / DAY) * Math.max(...Object.values(LIMITS).flatMap(Object.values));
-    for (const [name, count] of served) {
-      const [policy] = name.split(":");
-      const [cls, scope] = policy!.split("-") as [Cls, string];
-      const limit = (LIMITS[cls] as Record<string, number>)[scope]!;
-      if (count > limit + refill) violations.push(`${name} served ${count} of ${limit}`);
-    }
-    expect(violations).toEqual([]);
+    const refill = (Date.now() - started) / 1000 / DAY;
+    ledger.checkServed(limitOf, (name) => limitOf(name) * refill);
+    expect(ledger.violations).toEqual([]);
     // Each caller sends enough to spend every limit, so exactly the orgs' capacity is served:
     // admin 30 + 30 + 24 (two keys of 12), index 45 + 45 + 30 (one user's 30).
-    expect(statuses.get(200)).toBe(204);
-    expect(statuses.get(429)).toBe(REQUESTS - 204);
+    expect(ledger.statuses.get(200)).toBe(204);
+    expect(ledger.statuses.get(429)).toBe(REQUESTS - 204);
   }, 120_000);
 });
