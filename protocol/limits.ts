@@ -85,9 +85,13 @@ export type AbuseThresholds = z.infer<typeof AbuseThresholds>;
  */
 export const TOKEN_RESERVE = { CHARS_PER_TOKEN: 3, DEFAULT_COMPLETION_RESERVE: 1024 } as const;
 
-/** Characters of text in a request body's prompt fields (strings at any depth). */
+/**
+ * Characters of text in a request body's prompt fields (strings at any depth); a number counts as
+ * one token's worth, as in a prompt or embedding input sent as token ids.
+ */
 function textLength(value: unknown, depth = 0): number {
   if (typeof value === "string") return value.length;
+  if (typeof value === "number") return TOKEN_RESERVE.CHARS_PER_TOKEN;
   if (depth > 8 || value === null || typeof value !== "object") return 0;
   let total = 0;
   for (const item of Array.isArray(value) ? value : Object.values(value)) total += textLength(item, depth + 1);
@@ -96,12 +100,15 @@ function textLength(value: unknown, depth = 0): number {
 
 const PROMPT_FIELDS = ["messages", "prompt", "suffix", "input", "tools", "prediction"] as const;
 
-/** What a gateway request reserves of its tokens limits (`TOKEN_RESERVE`). */
-export function tokenReserve(body: Record<string, unknown>): number {
+/**
+ * What a gateway request reserves of its tokens limits (`TOKEN_RESERVE`); `generates` is false for
+ * embeddings, which produce no tokens.
+ */
+export function tokenReserve(body: Record<string, unknown>, generates = true): number {
   let chars = 0;
   for (const field of PROMPT_FIELDS) chars += textLength(body[field]);
   const limit = body.max_completion_tokens ?? body.max_tokens;
-  const completion = typeof limit === "number" ? limit : TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE;
+  const completion = !generates ? 0 : typeof limit === "number" ? limit : TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE;
   return Math.ceil(chars / TOKEN_RESERVE.CHARS_PER_TOKEN) + completion;
 }
 

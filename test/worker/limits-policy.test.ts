@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LIMIT_CLASSES } from "../../protocol/limits.js";
+import { LIMIT_CLASSES, TOKEN_RESERVE, tokenReserve } from "../../protocol/limits.js";
 import type { Principal } from "../../workers/auth/principal.js";
 import { cachedLimitsFor, ipPrefix, limitsFor, loadLimits } from "../../workers/limits/policy.js";
 
@@ -116,5 +116,22 @@ describe("which limits a request spends", () => {
     expect(() =>
       loadLimits({ RATE_LIMITS: '{"plans":{"free":{"tab":{"key":{"requests":{"limit":-1}}}}}}' } as unknown as Env),
     ).toThrow(/plans\.free\.tab\.key\.requests/);
+  });
+});
+
+describe("what a gateway request reserves of a tokens limit", () => {
+  it("reserves its prompt at one token per 3 characters and its max_tokens", () => {
+    const chat = { model: "m", messages: [{ role: "user", content: "x".repeat(29) }], max_tokens: 16 };
+    // "user" and the content: 33 characters, 11 tokens.
+    expect(tokenReserve(chat)).toBe(11 + 16);
+    expect(tokenReserve({ ...chat, max_tokens: undefined, max_completion_tokens: 40 })).toBe(11 + 40);
+    expect(tokenReserve({ model: "m", prompt: "def f(", suffix: ")", max_tokens: 2 })).toBe(3 + 2);
+  });
+
+  it("reserves the stated default when a request sets no limit, and nothing to generate for embeddings", () => {
+    expect(tokenReserve({ model: "m", prompt: "abc" })).toBe(1 + TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE);
+    expect(tokenReserve({ model: "m", input: ["abcdef", "abc"] }, false)).toBe(3);
+    // Token ids count one token each.
+    expect(tokenReserve({ model: "m", input: [1, 2, 3, 4] }, false)).toBe(4);
   });
 });

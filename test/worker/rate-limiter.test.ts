@@ -195,6 +195,24 @@ describe("isolates sharing one limiter object", () => {
     if (!refused.ok) expect(refused.retryAfterMs).toBeGreaterThan(0);
   });
 
+  it("asks again after a lease TTL once refused, so allowance another isolate gives back is used", async () => {
+    const stub = limiterObject();
+    const settings = { maxShare: 0.005, ttlMs: 50 };
+    const isolate = new IsolateLimiter(() => stub, settings);
+    const opts = { fast: false, failClosed: false, waitUntil: noWait };
+    const c = check(10, 3_600_000);
+    for (let i = 0; i < 10; i++) expect((await isolate.admit([c], opts)).ok).toBe(true);
+    const refused = await isolate.admit([c], opts);
+    expect(refused.ok).toBe(false);
+    // One unit is back only after 6 minutes of refill, and a refusal within the TTL says so without a call.
+    if (!refused.ok) expect(refused.retryAfterMs).toBeGreaterThan(300_000);
+    expect((await isolate.admit([c], opts)).ok).toBe(false);
+    // Another isolate returns a unit it leased earlier.
+    await stub.lease([{ bucket: c.bucket, need: 0, want: 0, returned: 1, debt: 0 }]);
+    await new Promise((r) => setTimeout(r, 60));
+    expect((await isolate.admit([c], opts)).ok).toBe(true);
+  });
+
   it("falls back to a share of the limit when its object is unreachable, or refuses when told to fail closed", async () => {
     const broken = { lease: () => Promise.reject(new Error("overloaded")) };
     const isolate = new IsolateLimiter(() => broken, SETTINGS);

@@ -95,7 +95,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);
   const { org, user, key } = c.get("principal");
-  const limits = await enforceLimits(c, pool.role, pool.role === "tab", tokenReserve(body));
+  const limits = await enforceLimits(c, pool.role, pool.role === "tab", tokenReserve(body, surface !== "embeddings"));
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);
   if (!ramp.ok) {

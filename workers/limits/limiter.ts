@@ -59,7 +59,12 @@ class LocalBucket {
   debt = 0;
   /** Debt sent with leases that have not answered yet: it still counts against the cap. */
   sending = 0;
-  /** The limiter could not grant `deniedNeed` units: until then, nothing as large is asked again. */
+  /**
+   * The limiter could not grant `deniedNeed` units at `deniedAt`, and said they are back at
+   * `deniedUntil`: for one lease TTL, nothing as large is asked again (another isolate may give
+   * back what it holds meanwhile, so the answer is not trusted for longer).
+   */
+  deniedAt = 0;
   deniedUntil = 0;
   deniedNeed = Infinity;
   /** The limiter's remaining allowance when last heard from, and its reset time. */
@@ -86,8 +91,8 @@ class LocalBucket {
   }
 
   /** Milliseconds until `units` are back, by the limiter's last refusal; 0 when it is not known. */
-  refusedFor(units: number, now: number): number {
-    if (this.deniedUntil <= now || units < this.deniedNeed) return 0;
+  refusedFor(units: number, now: number, settings: LeaseSettings): number {
+    if (this.deniedUntil <= now || now - this.deniedAt >= settings.ttlMs || units < this.deniedNeed) return 0;
     return this.deniedUntil - now + Math.ceil(((units - this.deniedNeed) * this.spec.windowMs) / this.spec.limit);
   }
 }
@@ -231,6 +236,7 @@ export class IsolateLimiter {
       b.remaining = grant.remaining;
       b.resetAt = at + grant.resetMs;
       if (need > 0 && mine === 0) {
+        b.deniedAt = at;
         b.deniedUntil = at + Math.max(1, grant.retryAfterMs);
         b.deniedNeed = need;
       } else if (grant.granted > 0 || grant.remaining >= b.deniedNeed) {
@@ -315,7 +321,7 @@ export class IsolateLimiter {
         else {
           // Asked already in this request, and the limiter had less than the cost: the limit is spent.
           if (grant) return refuse(check, grant.retryAfterMs, now);
-          const known = b.allowance > 0 ? 0 : b.refusedFor(check.cost, now);
+          const known = b.allowance > 0 ? 0 : b.refusedFor(check.cost, now, this.settings);
           if (known > 0) return refuse(check, known, now);
           lacking.push(check);
         }
