@@ -64,8 +64,9 @@ function highEntropy(text: string): Redaction[] {
  * connection strings…) plus a high-entropy check, before anything leaves the device.
  */
 export async function findSecrets(path: string, text: string): Promise<Redaction[]> {
+  const ext = extensionOf(path);
   const result = await lintSource({
-    source: { filePath: path, content: text, ext: path.slice(path.lastIndexOf(".")), contentType: "text" },
+    source: { filePath: `file${ext}`, content: text, ext, contentType: "text" },
     options: {
       config: { rules: [{ id: "@secretlint/secretlint-rule-preset-recommend", rule: recommended }] },
       noPhysicFilePath: true,
@@ -74,6 +75,18 @@ export async function findSecrets(path: string, text: string): Promise<Redaction
   await forgetProfile();
   const found = result.messages.map((m) => ({ start: m.range[0], end: m.range[1], rule: m.ruleId }));
   return merge([...found, ...highEntropy(text)]);
+}
+
+/**
+ * The extension is all secretlint's rules look at in a name. The real name never reaches it:
+ * secretlint builds performance-mark names from the file path, and a name with a newline (legal on
+ * Linux) makes its profiler throw, so only a plain extension is passed on.
+ */
+function extensionOf(path: string): string {
+  const name = path.slice(path.lastIndexOf("/") + 1);
+  const dot = name.lastIndexOf(".");
+  const ext = dot >= 0 ? name.slice(dot) : "";
+  return /^\.[A-Za-z0-9_+-]{1,16}$/.test(ext) ? ext : "";
 }
 
 /**
