@@ -11,7 +11,8 @@ export default defineConfig({
       "test/simulator/**/*.test.ts",
       "test/gpu-backends/**/*.test.ts",
     ],
-    testTimeout: 30_000,
+    // Generous: many tests start processes (an edge, the CLI), which a machine busy with other work slows down.
+    testTimeout: 120_000,
     hookTimeout: 120_000,
   },
 });

@@ -246,7 +246,8 @@ describe("OpenAIEmbedder against an OpenAI-compatible stand-in", () => {
       const err = await failure(embedder({ maxRetries: 2 }).embed(["busy"], "document"));
       expect(err).toMatchObject({ failure: "rate_limited", retryAfterSeconds: 120 });
       expect(requests()).toHaveLength(1);
-      expect(Date.now() - started).toBeLessThan(5_000);
+      // Far from the 120 s it was told to wait, however busy the machine.
+      expect(Date.now() - started).toBeLessThan(60_000);
     });
 
     it("surfaces a service that does not answer in time as a timeout", async () => {

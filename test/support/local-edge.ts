@@ -185,8 +185,16 @@ export async function startLocalEdge(
   const stop = async () => {
     if (child.exitCode !== null) return;
     const exited = new Promise((resolve) => child.once("exit", resolve));
-    process.kill(-child.pid!, "SIGTERM");
-    const timer = setTimeout(() => process.kill(-child.pid!, "SIGKILL"), 10_000);
+    // The group may already be gone (the edge exited between the check and the signal).
+    const signal = (name: NodeJS.Signals) => {
+      try {
+        process.kill(-child.pid!, name);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
+      }
+    };
+    signal("SIGTERM");
+    const timer = setTimeout(() => signal("SIGKILL"), 10_000);
     await exited;
     clearTimeout(timer);
   };

@@ -100,8 +100,8 @@ describe("HTTP conventions", () => {
     const { response, ms } = await postStreamed("/admin/orgs", env.ADMIN_SECRET, ['{"name": "Sl']);
     const problem = await expectProblem(response, 408, "request_timeout");
     expect(problem.instance).toBe("slow-1");
+    // Not before the timeout; how long after is the machine's business (the test's own timeout bounds it).
     expect(ms).toBeGreaterThanOrEqual(950);
-    expect(ms).toBeLessThan(5000);
   });
 
   it("times out a stalled body on the gateway, whose read starts before the key is checked", async () => {
