@@ -3,10 +3,10 @@ import { resolve } from "node:path";
 import { createHash } from "node:crypto";
 import { IgnoreStack, type RuleLog } from "./ignore-rules.js";
 import { StatPrefetch, type StatLike } from "./prefetch.js";
-import type { WorkspaceSecret } from "./secret.js";
+import { encryptedSegmentLength, type WorkspaceSecret } from "./secret.js";
 import { FileTable, FileTableBuilder } from "./file-table.js";
 import type { DirListing } from "./state.js";
-import { MAX_FILE_BYTES } from "../../protocol/sync.js";
+import { MAX_DEPTH, MAX_FILE_BYTES, MAX_PATH_LENGTH } from "../../protocol/sync.js";
 
 export const DEFAULT_MAX_FILE_BYTES = 1024 * 1024;
 
@@ -26,6 +26,7 @@ export interface ScanOptions {
   previousStartedAt?: number;
   /** What the previous scan skipped, reported again when nothing changed. */
   previousSkipped?: ScanSkips;
+  previousSkippedFiles?: readonly SkippedFile[];
   /**
    * Fingerprint of the ignore rules the previous scan used. While the rules are the same, what it
    * included is included again without re-matching; if they turn out to differ, the scan reruns.
@@ -39,16 +40,37 @@ export interface ScanOptions {
 export interface ScanSkips {
   binary: number;
   tooLarge: number;
+  /** Deeper or longer, once encrypted, than a sync path may be (MAX_DEPTH, MAX_PATH_LENGTH). */
+  pathTooLong: number;
   symlink: number;
   unreadable: number;
   vanished: number;
 }
+
+export type SkipReason = keyof ScanSkips;
+
+/** One skipped path (a directory's whole subtree when the directory itself is skipped) and why. */
+export interface SkippedFile {
+  path: string;
+  reason: SkipReason;
+}
+
+export const noSkips = (): ScanSkips => ({
+  binary: 0,
+  tooLarge: 0,
+  pathTooLong: 0,
+  symlink: 0,
+  unreadable: 0,
+  vanished: 0,
+});
 
 export interface ScanResult {
   startedAt: number;
   files: FileTable;
   dirs: Map<string, DirListing>;
   skipped: ScanSkips;
+  /** Every skipped path, in the order the walk met them. */
+  skippedFiles: SkippedFile[];
   /** Files whose content was read and hashed in this scan. */
   hashed: number;
   /** Fingerprint of every ignore rule in force. */
@@ -90,7 +112,12 @@ export async function scanWorkspace(
   const trust = previous !== undefined && previousDirs !== undefined && options.previousRules !== undefined;
   const files = new FileTableBuilder(previous?.size ?? 1024);
   const dirs = new Map<string, DirListing>();
-  const skipped: ScanSkips = { binary: 0, tooLarge: 0, symlink: 0, unreadable: 0, vanished: 0 };
+  const skipped = noSkips();
+  const skippedFiles: SkippedFile[] = [];
+  const skip = (path: string, reason: SkipReason) => {
+    skipped[reason]++;
+    skippedFiles.push({ path, reason });
+  };
   const toHash: { path: string; absolute: string; stats: StatLike }[] = [];
   const ruleHash = createHash("sha256");
   const log: RuleLog = (source, text) => ruleHash.update(`${source}\0${text}\0`);
@@ -109,9 +136,15 @@ export async function scanWorkspace(
       paths.push(dir || ".");
     }
     prefetch = await StatPrefetch.run(root, paths);
-    if (prefetch && trust && options.previousSkipped) {
+    if (prefetch && trust && options.previousSkipped && options.previousSkippedFiles) {
       const quick = verifyUnchanged(root, options, previous, previousDirs, prefetch, dirSlot, startedAt);
-      if (quick) return { ...quick, skipped: { ...options.previousSkipped } };
+      if (quick) {
+        return {
+          ...quick,
+          skipped: { ...noSkips(), ...options.previousSkipped },
+          skippedFiles: [...options.previousSkippedFiles],
+        };
+      }
     }
   }
   // The walk meets files in the previous scan's order, so the next row is almost always the right one.
@@ -123,8 +156,8 @@ export async function scanWorkspace(
     if (row !== undefined) cursor = row + 1;
     return row;
   };
-  const miss = (err: unknown) =>
-    skipped[(err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable"]++;
+  const miss = (path: string, err: unknown) =>
+    skip(path, (err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable");
 
   const list = (relative: string, absolute: string): string[] | undefined => {
     let mtimeMs: number;
@@ -133,7 +166,7 @@ export async function scanWorkspace(
       mtimeMs = ((slot !== undefined && prefetch?.at(slot)) || lstatSync(absolute)).mtimeMs;
     } catch (err) {
       if (relative === "") throw err;
-      miss(err);
+      miss(relative, err);
       return undefined;
     }
     const cached = previousDirs?.get(relative);
@@ -148,12 +181,14 @@ export async function scanWorkspace(
       return names;
     } catch (err) {
       if (relative === "") throw err;
-      miss(err);
+      miss(relative, err);
       return undefined;
     }
   };
 
-  const walk = (relative: string, absolute: string, parentRules: IgnoreStack) => {
+  // `encrypted` is the length `relative` will have once encrypted, `depth` its number of segments:
+  // a path the sync protocol cannot carry is skipped here, before anything is read or uploaded.
+  const walk = (relative: string, absolute: string, parentRules: IgnoreStack, encrypted: number, depth: number) => {
     const names = list(relative, absolute);
     if (!names) return;
     const rules = parentRules.enter(relative, absolute, {
@@ -164,12 +199,15 @@ export async function scanWorkspace(
       const kind = entry[0];
       const name = entry.slice(1);
       const path = relative === "" ? name : `${relative}/${name}`;
+      const length = encrypted + (relative === "" ? 0 : 1) + encryptedSegmentLength(name);
       if (kind === KIND.dir) {
         if (name === ".git") continue;
         if (!(trust && previousDirs!.has(path)) && rules.ignores(path, true)) continue;
-        walk(path, `${absolute}/${name}`, rules);
+        // A directory that no file below it could fit in: skipped whole, and named once.
+        if (depth + 1 >= MAX_DEPTH || length + 1 + encryptedSegmentLength("x") > MAX_PATH_LENGTH) skip(path, "pathTooLong");
+        else walk(path, `${absolute}/${name}`, rules, length, depth + 1);
       } else if (kind === KIND.link) {
-        if (!rules.ignores(path, false)) skipped.symlink++;
+        if (!rules.ignores(path, false)) skip(path, "symlink");
       } else if (kind === KIND.file) {
         const row = previousRow(path);
         if (!(trust && row !== undefined) && rules.ignores(path, false)) continue;
@@ -184,7 +222,11 @@ export async function scanWorkspace(
           if (meta![row * 3]! <= maxFileBytes) {
             found++;
             files.copy(previous!, row);
-          } else skipped.tooLarge++;
+          } else skip(path, "tooLarge");
+          continue;
+        }
+        if (length > MAX_PATH_LENGTH) {
+          skip(path, "pathTooLong");
           continue;
         }
         const fileAbsolute = `${absolute}/${name}`;
@@ -193,12 +235,12 @@ export async function scanWorkspace(
           const prefetched = row !== undefined ? prefetch?.at(row) : undefined;
           stats = prefetched || lstatSync(fileAbsolute);
         } catch (err) {
-          miss(err);
+          miss(path, err);
           continue;
         }
         if (!stats.isFile()) continue;
         if (stats.size > maxFileBytes) {
-          skipped.tooLarge++;
+          skip(path, "tooLarge");
           continue;
         }
         found++;
@@ -217,7 +259,7 @@ export async function scanWorkspace(
     }
     options.onProgress?.({ phase: "scan", done: found });
   };
-  walk("", resolve(root), IgnoreStack.forRoot(root, { ...options, log }));
+  walk("", resolve(root), IgnoreStack.forRoot(root, { ...options, log }), 0, 0);
   const rules = ruleHash.digest("hex");
   if (trust && rules !== options.previousRules) {
     // The ignore rules changed: what was included before proves nothing now.
@@ -227,12 +269,12 @@ export async function scanWorkspace(
   let hashed = 0;
   for (const file of toHash) {
     const outcome = hashFile(file.absolute, file.stats, secret);
-    if (typeof outcome === "string") skipped[outcome]++;
+    if (typeof outcome === "string") skip(file.path, outcome);
     else files.push(file.path, outcome.size, outcome.mtimeMs, outcome.ino, outcome.hash);
     hashed++;
     options.onProgress?.({ phase: "hash", done: hashed, total: toHash.length });
   }
-  return { startedAt, files: files.build(), dirs, skipped, hashed, rules, relisted };
+  return { startedAt, files: files.build(), dirs, skipped, skippedFiles, hashed, rules, relisted };
 }
 
 /**
@@ -249,7 +291,7 @@ function verifyUnchanged(
   prefetch: StatPrefetch,
   dirSlot: ReadonlyMap<string, number>,
   startedAt: number,
-): Omit<ScanResult, "skipped"> | undefined {
+): Omit<ScanResult, "skipped" | "skippedFiles"> | undefined {
   const racyAfter = options.previousStartedAt ?? 0;
   const maxFileBytes = fileSizeLimit(options.maxFileBytes);
   const meta = previous.meta;

@@ -2,6 +2,19 @@ import { Lazy } from "./lazy.js";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { TermKey } from "../../protocol/keyed-terms.js";
 
+/** The most bytes a path segment may have: the most a Linux or macOS file name has. */
+const MAX_SEGMENT_BYTES = 255;
+
+/**
+ * How long `encryptSegment(name)` is, without encrypting: a 16-byte tag and the name padded to the
+ * next 16 bytes, in unpadded base64url. Infinity for a name that cannot be encrypted at all.
+ */
+export function encryptedSegmentLength(name: string): number {
+  const bytes = Buffer.byteLength(name, "utf8");
+  if (bytes === 0 || bytes > MAX_SEGMENT_BYTES) return Infinity;
+  return Math.ceil(((16 + 16 * (Math.floor(bytes / 16) + 1)) * 4) / 3);
+}
+
 /**
  * Everything that keeps a workspace private is derived from one 32-byte secret that never leaves
  * the device (unless a user exports it to a teammate):
@@ -84,7 +97,7 @@ export class WorkspaceSecret {
     const cached = this.#encrypted.get(name);
     if (cached) return cached;
     const plain = Buffer.from(name, "utf8");
-    if (plain.length === 0 || plain.length > 255) throw new Error("A path segment is 1 to 255 bytes.");
+    if (plain.length === 0 || plain.length > MAX_SEGMENT_BYTES) throw new Error("A path segment is 1 to 255 bytes.");
     const padLength = 16 - (plain.length % 16);
     const padded = Buffer.concat([plain, Buffer.alloc(padLength, padLength)]);
     const iv = createHmac("sha256", this.#macKey).update(padded).digest().subarray(0, 16);

@@ -2,7 +2,7 @@ import { basename } from "node:path";
 import type { Sextant } from "../sdk/client.js";
 import { NotFoundError } from "../sdk/errors.js";
 import { canonicalRoot, findEntry, saveEntry, type RegistryEntry } from "./registry.js";
-import { scanWorkspace, type ScanOptions, type ScanResult, type ScanSkips } from "./scanner.js";
+import { scanWorkspace, type ScanOptions, type ScanResult, type ScanSkips, type SkippedFile } from "./scanner.js";
 import { WorkspaceSecret } from "./secret.js";
 import { loadState, saveState, type StateKey, type WorkspaceState } from "./state.js";
 import { syncTree, type SyncReport } from "./sync.js";
@@ -58,6 +58,8 @@ export interface IndexReport {
   files: number;
   hashed: number;
   skipped: ScanSkips;
+  /** Every path the scan skipped, and why. */
+  skippedFiles: SkippedFile[];
   sync: SyncReport;
   scanMs: number;
   syncMs: number;
@@ -104,6 +106,7 @@ export async function scanLocal(
       previousStartedAt: state.startedAt,
       ...(state.rules ? { previousRules: state.rules } : {}),
       ...(state.skipped ? { previousSkipped: state.skipped } : {}),
+      ...(state.skippedFiles ? { previousSkippedFiles: state.skippedFiles } : {}),
       ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
       ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     }));
@@ -113,6 +116,7 @@ export async function scanLocal(
     scan.relisted > 0 ||
     scan.rules !== state.rules ||
     state.skipped === undefined ||
+    state.skippedFiles === undefined ||
     !state.entries.sameFiles(scan.files);
   state.entries = scan.files;
   state.dirs = scan.dirs;
@@ -120,6 +124,7 @@ export async function scanLocal(
   state.startedAt = scan.startedAt;
   state.rules = scan.rules;
   state.skipped = scan.skipped;
+  state.skippedFiles = scan.skippedFiles;
   state.segments = ws.secret.segments();
   return { scan, tree, scanMs: performance.now() - started, changed };
 }
@@ -166,6 +171,7 @@ export async function indexWorkspace(
     files: scan.files.size,
     hashed: scan.hashed,
     skipped: scan.skipped,
+    skippedFiles: scan.skippedFiles,
     sync,
     scanMs,
     syncMs: performance.now() - syncStarted,

@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import envPaths from "env-paths";
 import { FileTable } from "./file-table.js";
 import { Lazy } from "./lazy.js";
-import type { ScanSkips } from "./scanner.js";
+import type { ScanSkips, SkippedFile } from "./scanner.js";
 
 export type { StatEntry } from "./file-table.js";
 
@@ -30,6 +30,8 @@ export interface WorkspaceState {
   rules: string | undefined;
   /** What the last scan skipped, by reason. */
   skipped: ScanSkips | undefined;
+  /** The paths the last scan skipped, so that a scan that finds nothing changed still names them. */
+  skippedFiles: SkippedFile[] | undefined;
   entries: FileTable;
   dirs: Map<string, DirListing>;
   dirHashes: Map<string, string>;
@@ -52,6 +54,7 @@ export const emptyState = (): WorkspaceState => ({
   startedAt: 0,
   rules: undefined,
   skipped: undefined,
+  skippedFiles: undefined,
   entries: FileTable.empty(),
   dirs: new Map(),
   dirHashes: new Map(),
@@ -79,6 +82,7 @@ interface Header extends StateKey {
   startedAt: number;
   rules: string | null;
   skipped: ScanSkips | null;
+  skippedFiles?: SkippedFile[] | null;
   syncedRoot: string | null;
   syncedIsEntries: boolean;
   sections: Record<string, [offset: number, length: number]>;
@@ -146,10 +150,14 @@ export async function loadState(key: StateKey): Promise<WorkspaceState> {
     const synced = header.syncedIsEntries ? entries : table(section("syncedPaths"), null, section("syncedHashes"));
     check(header.rules === null || typeof header.rules === "string");
     const skipped = header.skipped && typeof header.skipped === "object" ? header.skipped : undefined;
+    const skippedFiles = Array.isArray(header.skippedFiles)
+      ? header.skippedFiles.filter((f) => typeof f?.path === "string" && typeof f?.reason === "string")
+      : undefined;
     return {
       startedAt: header.startedAt,
       rules: header.rules ?? undefined,
       skipped,
+      skippedFiles,
       entries,
       dirs,
       dirHashes,
@@ -202,6 +210,7 @@ export async function saveState(key: StateKey, state: WorkspaceState): Promise<v
     startedAt: state.startedAt,
     rules: state.rules ?? null,
     skipped: state.skipped ?? null,
+    skippedFiles: state.skippedFiles ?? null,
     syncedRoot: state.syncedRoot,
     syncedIsEntries,
     sections,

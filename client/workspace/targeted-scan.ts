@@ -3,11 +3,18 @@ import { join } from "node:path";
 import { FileTableBuilder } from "./file-table.js";
 import { IgnoreStack } from "./ignore-rules.js";
 import { parentOf } from "../../protocol/merkle.js";
-import { fileSizeLimit, hashFile, kindOf, type ScanResult } from "./scanner.js";
-import type { WorkspaceSecret } from "./secret.js";
+import { fileSizeLimit, hashFile, kindOf, noSkips, type ScanResult, type SkippedFile } from "./scanner.js";
+import { encryptedSegmentLength, type WorkspaceSecret } from "./secret.js";
+import { MAX_DEPTH, MAX_PATH_LENGTH } from "../../protocol/sync.js";
 import type { WorkspaceState } from "./state.js";
 
 const RULE_FILES = new Set([".gitignore", ".sextantignore"]);
+
+function fitsProtocol(path: string): boolean {
+  const segments = path.split("/");
+  const length = segments.reduce((n, s) => n + encryptedSegmentLength(s) + 1, -1);
+  return segments.length <= MAX_DEPTH && length <= MAX_PATH_LENGTH;
+}
 
 /**
  * Updates the previous scan for a handful of paths the file-system watcher reported, instead of
@@ -27,6 +34,8 @@ export function scanPaths(
   const updates = new Map<string, { size: number; mtimeMs: number; ino: number; hash: Buffer } | null>();
   const relist = new Set<string>();
   let hashed = 0;
+  const examined = new Set<string>();
+  const skips: SkippedFile[] = [];
 
   const rulesFor = (dir: string): IgnoreStack | undefined => {
     // The rules in force in `dir`, rebuilt along its ancestors from the cached listings.
@@ -49,7 +58,10 @@ export function scanPaths(
     const name = path.slice(path.lastIndexOf("/") + 1);
     if (path === "" || path.split("/").includes(".git")) continue;
     if (RULE_FILES.has(name)) return undefined;
+    // A path the sync cannot carry is skipped, and named, by the full scan.
+    if (!fitsProtocol(path)) return undefined;
     const absolute = join(root, path);
+    examined.add(path);
     let stats;
     try {
       stats = lstatSync(absolute);
@@ -64,6 +76,9 @@ export function scanPaths(
     if (!rules) return undefined;
     if (!stats.isFile() || stats.size > maxFileBytes || rules.ignores(path, false)) {
       updates.set(path, null);
+      if (rules.ignores(path, false)) continue;
+      if (stats.isSymbolicLink()) skips.push({ path, reason: "symlink" });
+      else if (stats.isFile()) skips.push({ path, reason: "tooLarge" });
       continue;
     }
     const known = state.entries.get(path);
@@ -71,6 +86,7 @@ export function scanPaths(
     const outcome = hashFile(absolute, stats, secret);
     hashed++;
     updates.set(path, typeof outcome === "string" ? null : outcome);
+    if (typeof outcome === "string") skips.push({ path, reason: outcome });
   }
 
   const files = new FileTableBuilder(state.entries.size + updates.size);
@@ -95,9 +111,17 @@ export function scanPaths(
     startedAt: state.startedAt,
     files: files.build(),
     dirs,
-    skipped: { binary: 0, tooLarge: 0, symlink: 0, unreadable: 0, vanished: 0 },
+    ...skippedAfter(state.skippedFiles ?? [], examined, skips),
     hashed,
     rules: state.rules,
     relisted: relist.size,
   };
+}
+
+/** The previous scan's skips, with the paths looked at again replaced by what they are now. */
+function skippedAfter(previous: readonly SkippedFile[], examined: ReadonlySet<string>, now: SkippedFile[]) {
+  const skippedFiles = [...previous.filter((f) => !examined.has(f.path)), ...now];
+  const skipped = noSkips();
+  for (const f of skippedFiles) skipped[f.reason]++;
+  return { skipped, skippedFiles };
 }

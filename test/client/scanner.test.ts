@@ -4,6 +4,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { hashFile, scanWorkspace } from "../../client/workspace/scanner.js";
 import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import { Upsert } from "../../protocol/sync.js";
 import { emptyState } from "../../client/workspace/state.js";
 import { scanPaths } from "../../client/workspace/targeted-scan.js";
 import { backdate, git, gitVisibleFiles, makeTree, writeTree } from "../support/fixture.js";
@@ -141,6 +142,41 @@ describe("scanner", async () => {
     const result = await scanWorkspace(root, secret, { ...gitOnly, maxFileBytes: 1000 });
     expect([...result.files.keys()]).toEqual(["text.ts"]);
     expect(result.skipped).toMatchObject({ binary: 1, tooLarge: 1, symlink: 2 });
+    expect(new Set(result.skippedFiles)).toEqual(
+      new Set([
+        { path: "image.png", reason: "binary" },
+        { path: "big.txt", reason: "tooLarge" },
+        { path: "link.txt", reason: "symlink" },
+        { path: "linked-dir", reason: "symlink" },
+      ]),
+    );
+    // A warm scan that finds nothing changed names the same paths.
+    const warm = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      maxFileBytes: 1000,
+      previous: result.files,
+      previousDirs: result.dirs,
+      previousStartedAt: Date.now() + 1,
+      previousRules: result.rules,
+      previousSkipped: result.skipped,
+      previousSkippedFiles: result.skippedFiles,
+    });
+    expect(warm.skippedFiles).toEqual(result.skippedFiles);
+  });
+
+  // Linux's 4,096-byte PATH_MAX keeps a real path from reaching MAX_PATH_LENGTH encrypted before
+  // it passes MAX_DEPTH, so depth is the limit a test can meet on disk.
+  it("skips, and names, a directory too deep for the sync protocol, and keeps everything else", async () => {
+    const deep = Array.from({ length: 200 }, () => "d").join("/");
+    const root = makeTree({ "ok.ts": "ok", [`${deep}/deep.ts`]: "deep", "a/b/c.ts": "c" });
+    const result = await scanWorkspace(root, secret, gitOnly);
+    expect([...result.files.keys()].sort()).toEqual(["a/b/c.ts", "ok.ts"]);
+    expect(result.skipped.pathTooLong).toBe(1);
+    const [named] = result.skippedFiles.filter((f) => f.reason === "pathTooLong");
+    expect(named!.path.split("/")).toHaveLength(64);
+    expect(deep.startsWith(named!.path)).toBe(true);
+    // Everything kept fits: encrypted, no path passes the protocol's limits.
+    for (const path of result.files.keys()) expect(Upsert.shape.path.safeParse(secret.encryptPath(path)).success).toBe(true);
   });
 
   it("counts a file that vanished before it was read instead of failing", async () => {
@@ -243,6 +279,7 @@ describe("warm scan with parallel stat", () => {
       previousStartedAt: Date.now() + 1,
       previousRules: prev.rules,
       previousSkipped: prev.skipped,
+      previousSkippedFiles: prev.skippedFiles,
     });
     const warm = await scanWorkspace(root, secret, options(first));
     expect(warm.hashed).toBe(0);

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { SEGMENT } from "../../protocol/sync.js";
-import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import { encryptedSegmentLength, WorkspaceSecret } from "../../client/workspace/secret.js";
 
 // Any file name a file system can hold: 1 to 255 bytes of UTF-8 without "/" or NUL.
 const segment = fc
@@ -16,6 +16,7 @@ describe("path encryption", () => {
       fc.property(segment, (name) => {
         const token = secret.encryptSegment(name);
         expect(SEGMENT.test(token)).toBe(true);
+        expect(encryptedSegmentLength(name)).toBe(token.length);
         expect(new WorkspaceSecret(secret.bytes).decryptSegment(token)).toBe(name);
       }),
       { numRuns: 500 },

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import { Language, LANGUAGE_CODES, MAX_FILE_BYTES } from "../../../protocol/sync.js";
 import type { IndexReport } from "../../workspace/session.js";
+import type { SkippedFile, SkipReason } from "../../workspace/scanner.js";
 import { searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
@@ -23,11 +24,32 @@ import { progress } from "../progress.js";
 
 const plural = (n: number, word: string) => `${n.toLocaleString("en-US")} ${word}${n === 1 ? "" : "s"}`;
 
+const SKIP_REASONS: Record<SkipReason, string> = {
+  binary: "binary",
+  tooLarge: "too large",
+  pathTooLong: "path too long",
+  symlink: "symlink",
+  unreadable: "unreadable",
+  vanished: "vanished",
+};
+/** Skipped paths named in human output; `--json` lists them all. */
+const NAMED_SKIPS = 20;
+
 function skippedLine(report: IndexReport): string {
   const parts = Object.entries(report.skipped)
     .filter(([, n]) => n > 0)
-    .map(([why, n]) => `${n} ${why === "tooLarge" ? "too large" : why}`);
+    .map(([why, n]) => `${n} ${SKIP_REASONS[why as SkipReason] ?? why}`);
   return parts.length ? `; skipped ${parts.join(", ")}` : "";
+}
+
+/** A path as one printable line: a name with a newline or other control character is shown quoted and escaped. */
+const printable = (path: string) => (/[\u0000-\u001f\u007f-\u009f]/.test(path) ? JSON.stringify(path) : path);
+
+/** One line per skipped path and why, up to NAMED_SKIPS, then how many more. */
+export function skippedList(files: readonly SkippedFile[]): string {
+  const lines = files.slice(0, NAMED_SKIPS).map((f) => `  skipped ${printable(f.path)}: ${SKIP_REASONS[f.reason]}\n`);
+  if (files.length > NAMED_SKIPS) lines.push(`  and ${files.length - NAMED_SKIPS} more (--json lists them all)\n`);
+  return lines.join("");
 }
 
 export function summary(report: IndexReport): string {
@@ -68,7 +90,7 @@ export function workspaceCommands(program: Command): void {
         });
         bar.stop();
         if (options.json) return printJson(report);
-        process.stdout.write(summary(report) + "\n");
+        process.stdout.write(summary(report) + "\n" + skippedList(report.skippedFiles));
       } finally {
         bar.stop();
       }
@@ -132,7 +154,7 @@ export function workspaceCommands(program: Command): void {
         root: ws.entry.root,
         baseURL: ws.entry.baseURL,
         inSync,
-        local: { files: scan.files.size, root: tree.root, skipped: scan.skipped },
+        local: { files: scan.files.size, root: tree.root, skipped: scan.skipped, skippedFiles: scan.skippedFiles },
         edge: remote.tree,
         pending,
       };
@@ -153,6 +175,7 @@ export function workspaceCommands(program: Command): void {
               : "differs from the edge; run `sextant index`",
         ],
       ]);
+      process.stdout.write(skippedList(scan.skippedFiles));
     });
 
   program

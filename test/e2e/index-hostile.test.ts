@@ -1,0 +1,54 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTree } from "../support/fixture.js";
+import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+
+/** `sextant index` on trees with files a sync cannot carry: each is skipped and named, never fatal. */
+describe("indexing hostile trees", () => {
+  let edge: LocalEdge;
+  let cli: (args: string[]) => ReturnType<typeof sextant>;
+
+  beforeAll(async () => {
+    edge = await startLocalEdge();
+    const env = {
+      SEXTANT_CONFIG_DIR: edge.configDir,
+      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+    };
+    cli = (args) => sextant(args, env);
+  });
+  afterAll(async () => {
+    await edge?.stop();
+  });
+
+  it("skips a path too deep for the protocol and a file too large, names both, and syncs the rest", () => {
+    const deep = Array.from({ length: 200 }, () => "d").join("/");
+    const dir = makeTree({ "ok.ts": "export const ok = 1;", [`${deep}/deep.ts`]: "x", "big.txt": "y".repeat(5000) });
+    const run = cli(["--json", "index", dir, "--max-file-bytes", "4096"]);
+    expect(run.code, run.stderr).toBe(0);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({ files: 1, skipped: { pathTooLong: 1, tooLarge: 1 }, sync: { converged: true } });
+    const named = report.skippedFiles as { path: string; reason: string }[];
+    expect(named).toContainEqual({ path: "big.txt", reason: "tooLarge" });
+    expect(named.find((f) => f.reason === "pathTooLong")?.path.startsWith("d/d/d/")).toBe(true);
+
+    // Human output names them too, and so does a run that finds nothing changed.
+    const again = cli(["index", dir, "--max-file-bytes", "4096"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain("skipped big.txt: too large");
+    expect(again.stdout).toMatch(/skipped d\/d\/d\/.*: path too long/);
+  });
+
+  it("names at most 20 skipped paths in human output and all of them in --json", () => {
+    const files: Record<string, string> = { "ok.ts": "ok" };
+    for (let i = 0; i < 25; i++) files[`big-${i}.txt`] = "z".repeat(200);
+    const dir = makeTree(files);
+    const human = cli(["index", dir, "--max-file-bytes", "100"]);
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout.match(/^ {2}skipped big-\d+\.txt: too large$/gm)).toHaveLength(20);
+    expect(human.stdout).toContain("and 5 more");
+    const json = JSON.parse(cli(["--json", "index", dir, "--max-file-bytes", "100"]).stdout);
+    expect(json.skippedFiles).toHaveLength(25);
+  });
+});
