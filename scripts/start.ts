@@ -10,7 +10,13 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Sextant, SextantAdmin } from "../client/sdk/client.js";
 import { AuthenticationError } from "../client/sdk/errors.js";
-import { LocalEdge, localEdgePath, readJsonFile, writeSecretFile } from "../client/cli/credentials.js";
+import {
+  LocalEdge,
+  localEdgePath,
+  localEdgePathFor,
+  readJsonFile,
+  writeSecretFile,
+} from "../client/cli/credentials.js";
 import { startSimulator, type Simulator } from "../gpu-backends/simulator/simulator.js";
 import { startEdge } from "./edge.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
@@ -99,16 +105,29 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
   return { vars: [`GATEWAY_CONFIG:${JSON.stringify(localGatewayConfig(urls))}`], simulator };
 }
 
+/**
+ * Applies D1 migrations and says so in one line: wrangler prints its table of migrations again
+ * after each one it applies, which on a first start is the same table four times.
+ */
 function applyMigrations(): void {
   const result = spawnSync(
     "npx",
     ["wrangler", "d1", "migrations", "apply", "DB", "--local", "--persist-to", args["persist-to"]],
-    { stdio: ["ignore", "inherit", "inherit"], env: wranglerEnv },
+    { stdio: ["ignore", "pipe", "pipe"], env: wranglerEnv, encoding: "utf8" },
   );
   if (result.status !== 0) {
+    process.stdout.write(result.stdout ?? "");
+    process.stderr.write(result.stderr ?? "");
     console.error("Applying D1 migrations failed; see above.");
     process.exit(1);
   }
+  const lastTable = result.stdout.slice(result.stdout.lastIndexOf("┌"));
+  const applied = [...lastTable.matchAll(/│ (\S+\.sql)\s+│ ✅/g)].map((m) => m[1]);
+  console.log(
+    result.stdout.includes("No migrations to apply") || applied.length === 0
+      ? "D1 migrations: up to date."
+      : `D1 migrations applied: ${applied.join(", ")}.`,
+  );
 }
 
 async function waitForHealth(exitCode: () => number | undefined, deadlineMs = 90_000): Promise<void> {
@@ -125,15 +144,36 @@ async function waitForHealth(exitCode: () => number | undefined, deadlineMs = 90
   throw new Error(`The edge did not answer ${baseURL}/healthz within ${deadlineMs / 1000} s`);
 }
 
+/** Whether an edge answers at `url` (the one `local-edge.json` names may have stopped long ago). */
+async function answers(url: string): Promise<boolean> {
+  try {
+    return (await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2_000) })).ok;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Saves this edge's key in its own file, and makes it the CLI's default (`local-edge.json`) unless
+ * another local edge that is still running already is: a second edge (`npm run dev -- --port …`)
+ * must not take the CLI away from the first. Returns the default edge's address when it is another.
+ */
+async function saveLocalEdge(local: LocalEdge): Promise<string | undefined> {
+  await writeSecretFile(localEdgePathFor(baseURL), local);
+  const current = await readJsonFile(localEdgePath(), LocalEdge);
+  if (current && current.baseURL !== baseURL && (await answers(current.baseURL))) return current.baseURL;
+  await writeSecretFile(localEdgePath(), local);
+  return undefined;
+}
+
 /** Reuses the saved development key while it still works; otherwise creates the account or a new key. */
 async function ensureDevAccount(adminSecret: string): Promise<LocalEdge> {
-  const saved = await readJsonFile(localEdgePath(), LocalEdge);
+  const saved =
+    (await readJsonFile(localEdgePathFor(baseURL), LocalEdge)) ?? (await readJsonFile(localEdgePath(), LocalEdge));
   if (saved && saved.baseURL === baseURL) {
     try {
       await new Sextant({ apiKey: saved.apiKey, baseURL }).me();
-      const local = { ...saved, adminSecret };
-      await writeSecretFile(localEdgePath(), local);
-      return local;
+      return { ...saved, adminSecret };
     } catch (err) {
       if (!(err instanceof AuthenticationError)) throw err;
     }
@@ -145,9 +185,7 @@ async function ensureDevAccount(adminSecret: string): Promise<LocalEdge> {
     user = await admin.users.create(org.id, { email: DEV_EMAIL, name: "Local developer", role: "owner" });
   }
   const key = await admin.keys.create({ userId: user.id, name: "local development" });
-  const local = { baseURL, apiKey: key.key, adminSecret };
-  await writeSecretFile(localEdgePath(), local);
-  return local;
+  return { baseURL, apiKey: key.key, adminSecret };
 }
 
 /** A running edge, however it runs. */
@@ -226,11 +264,13 @@ void running.exited.then(async (code) => {
 
 try {
   await waitForHealth(() => exitCode);
-  await ensureDevAccount(adminSecret);
+  const other = await saveLocalEdge(await ensureDevAccount(adminSecret));
   console.log(
     `\nSextant edge ready at ${baseURL}\n` +
-      `Development key saved to ${localEdgePath()} (the CLI finds it).\n` +
-      `Try: npx sextant whoami\n` +
+      (other
+        ? `The CLI keeps using the local edge at ${other}, which is still running. To use this one, set\n` +
+          `SEXTANT_BASE_URL=${baseURL} (its development key is in ${localEdgePathFor(baseURL)}).\n`
+        : `Development key saved to ${localEdgePath()} (the CLI finds it).\n` + `Try: npx sextant whoami\n`) +
       (gateway.simulator
         ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
           `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n`

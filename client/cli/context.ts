@@ -1,7 +1,14 @@
 import { isWellFormedApiKey } from "../../protocol/api-key.js";
 import { Sextant, SextantAdmin } from "../sdk/client.js";
 import { SextantError } from "../sdk/errors.js";
-import { Credentials, credentialsPath, LocalEdge, localEdgePath, readJsonFile } from "./credentials.js";
+import {
+  Credentials,
+  credentialsPath,
+  LocalEdge,
+  localEdgePath,
+  localEdgePathFor,
+  readJsonFile,
+} from "./credentials.js";
 
 /** Options every command accepts. */
 export interface GlobalOptions {
@@ -38,18 +45,23 @@ export async function resolve(options: GlobalOptions): Promise<Resolved> {
     [local?.baseURL, localEdgePath()],
     ["http://127.0.0.1:8787", "default"],
   );
+  // A local edge other than the default one, named by --base-url or SEXTANT_BASE_URL, has its own file.
+  const edge =
+    local?.baseURL === baseURL
+      ? local
+      : await readJsonFile(localEdgePathFor(baseURL!), LocalEdge).catch(() => undefined);
   const fromSameEdge = <T>(file: { baseURL: string } | undefined, value: T | undefined) =>
     file && file.baseURL === baseURL ? value : undefined;
   const [apiKey] = pick<string>(
     [options.apiKey, "--api-key"],
     [env.SEXTANT_API_KEY, "SEXTANT_API_KEY"],
     [fromSameEdge(login, login?.apiKey), "login"],
-    [fromSameEdge(local, local?.apiKey), "local"],
+    [fromSameEdge(edge, edge?.apiKey), "local"],
   );
   const [adminSecret] = pick<string>(
     [options.adminSecret, "--admin-secret"],
     [env.SEXTANT_ADMIN_SECRET, "SEXTANT_ADMIN_SECRET"],
-    [fromSameEdge(local, local?.adminSecret), "local"],
+    [fromSameEdge(edge, edge?.adminSecret), "local"],
   );
   return { baseURL: baseURL!, apiKey, adminSecret, source };
 }

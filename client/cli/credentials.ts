@@ -18,6 +18,12 @@ export type LocalEdge = z.infer<typeof LocalEdge>;
 
 export const credentialsPath = () => join(configDir(), "credentials.json");
 export const localEdgePath = () => join(configDir(), "local-edge.json");
+/**
+ * Every local edge's own file, by its address: the one `local-edge.json` names is the CLI's
+ * default; another edge started beside it is found here when `SEXTANT_BASE_URL` names it.
+ */
+export const localEdgePathFor = (baseURL: string) =>
+  join(configDir(), "local-edges", `${new URL(baseURL).host.replace(/[^A-Za-z0-9.-]/g, "_")}.json`);
 
 /** Reads a JSON file through its schema; a missing, unreadable or foreign file reads as absent. */
 export async function readJsonFile<T>(path: string, schema: z.ZodType<T>): Promise<T | undefined> {

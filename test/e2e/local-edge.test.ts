@@ -112,4 +112,27 @@ describe("local edge end to end", () => {
     expect(after.key.id).toBe(before.key.id);
     expect(after.org.id).toBe(before.org.id);
   });
+
+  it("leaves the CLI with a running edge when a second one starts, which SEXTANT_BASE_URL reaches", async () => {
+    const before = Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout));
+    const second = await startLocalEdge({ configDir: edge.configDir });
+    try {
+      expect(second.output()).toContain(`The CLI keeps using the local edge at ${edge.baseURL}`);
+      expect(savedLocalEdge(edge).baseURL).toBe(edge.baseURL);
+      expect(Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout)).key.id).toBe(before.key.id);
+      const there = sextant(["--json", "whoami"], {
+        SEXTANT_CONFIG_DIR: edge.configDir,
+        SEXTANT_BASE_URL: second.baseURL,
+      });
+      expect(there.code).toBe(0);
+      expect(Me.parse(JSON.parse(there.stdout)).org.id).not.toBe(before.org.id);
+    } finally {
+      await second.stop();
+    }
+    // Once the default edge has stopped, the next edge to start becomes the CLI's.
+    await edge.stop();
+    edge = await startLocalEdge({ configDir: edge.configDir });
+    expect(savedLocalEdge(edge).baseURL).toBe(edge.baseURL);
+    expect(cli(["whoami"]).code).toBe(0);
+  });
 });
