@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { rng } from "../../bench/code-fixture.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
+import { reportCliStartup, runCliStartup } from "../../bench/cli-startup.js";
 import { cancelPart, reportCancel, runCancel } from "../../bench/gateway-cancel.js";
 import { coldStartPart, reportColdStart, runColdStart } from "../../bench/gateway-coldstart.js";
 import {
@@ -439,4 +440,20 @@ describe("rate limit benchmarks (smoke)", () => {
     expect(figures.refused).toBe(0);
     expect(reportLimitsOverhead(figures)).toMatch(/added \(paired difference\): p50 -?[\d.]+ ms, p99 -?[\d.]+ ms/);
   }, 120_000);
+});
+
+describe("CLI start-up benchmark (smoke)", () => {
+  it("times the bundled bin's version and search against node, tsx and the bare HTTP call", async () => {
+    const figures = await runCliStartup(2, 20);
+    expect(figures).toMatchObject({ runs: 2, files: 20 });
+    for (const run of ["node", "version", "versionFromSource", "search", "httpCall"] as const) {
+      expect(figures[run].cpuMs, run).toBeGreaterThan(0);
+      expect(figures[run].wallMs, run).toBeGreaterThan(0);
+    }
+    const report = reportCliStartup(figures);
+    expect(report).toMatch(/\| `sextant --version` \| [\d.]+ \| [\d.]+ \|/);
+    expect(report).toMatch(/\| `sextant search` \| [\d.]+ \| [\d.]+ \|/);
+    expect(report).toMatch(/version: [\d.]+ ms CPU \(goal ≤ 150\), -?[\d.]+ ms over `node -e 0`/);
+    expect(report).toMatch(/search overhead over the HTTP call: -?[\d.]+ ms CPU \(goal ≤ 250\), -?[\d.]+ ms wall/);
+  }, 180_000);
 });
