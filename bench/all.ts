@@ -1,5 +1,6 @@
 /** `npm run bench`: every benchmark at its full size, one after another. */
 import { report, runAuthCacheBench } from "./auth-cache.js";
+import { reportCliStartup, runCliStartup } from "./cli-startup.js";
 import { reportEditSearchable, runEditSearchable } from "./edit-searchable.js";
 import { runGatewayBenchmarks } from "./gateway-run.js";
 import { reportThroughput, runIndexThroughput } from "./index-throughput.js";
@@ -22,3 +23,5 @@ console.log();
 await runGatewayBenchmarks();
 console.log();
 console.log(reportLimitsOverhead(await runLimitsOverhead()));
+console.log();
+console.log(reportCliStartup(await runCliStartup(Number(process.env.BENCH_CLI_RUNS ?? 20))));
