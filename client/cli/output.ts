@@ -9,6 +9,7 @@ import {
 } from "../sdk/errors.js";
 import { UsageError } from "./context.js";
 import { WorkspaceNotIndexedError } from "../workspace/session.js";
+import { NotADirectoryError } from "../workspace/registry.js";
 
 /** Exit codes, stable so that scripts can branch on them. */
 export const EXIT = {
@@ -23,6 +24,7 @@ export const EXIT = {
 
 const EXIT_BY_ERROR: [new (...args: never[]) => Error, number][] = [
   [UsageError, EXIT.usage],
+  [NotADirectoryError, EXIT.usage],
   [WorkspaceNotIndexedError, EXIT.notFound],
   [BadRequestError, EXIT.usage],
   [AuthenticationError, EXIT.auth],

@@ -1,4 +1,4 @@
-import { realpathSync } from "node:fs";
+import { realpathSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
 import { configDir, readJsonFile, writeSecretFile } from "../cli/credentials.js";
@@ -17,9 +17,24 @@ const RegistryFile = z.object({ workspaces: z.array(RegistryEntry) });
 
 export const registryPath = () => join(configDir(), "workspaces.json");
 
+/** A workspace directory that does not exist or is not a directory: a mistake in how the CLI was called. */
+export class NotADirectoryError extends Error {
+  override name = "NotADirectoryError";
+}
+
 /** The canonical form of a directory: absolute, symlinks resolved. */
 export function canonicalRoot(dir: string): string {
-  return realpathSync(resolve(dir));
+  let root: string;
+  try {
+    root = realpathSync(resolve(dir));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") throw new NotADirectoryError(`${dir} does not exist.`);
+    if (code === "ENOTDIR") throw new NotADirectoryError(`${dir} is not a directory.`);
+    throw err;
+  }
+  if (!statSync(root).isDirectory()) throw new NotADirectoryError(`${dir} is not a directory.`);
+  return root;
 }
 
 export async function readRegistry(): Promise<RegistryEntry[]> {

@@ -204,7 +204,8 @@ export async function scanWorkspace(
         if (name === ".git") continue;
         if (!(trust && previousDirs!.has(path)) && rules.ignores(path, true)) continue;
         // A directory that no file below it could fit in: skipped whole, and named once.
-        if (depth + 1 >= MAX_DEPTH || length + 1 + encryptedSegmentLength("x") > MAX_PATH_LENGTH) skip(path, "pathTooLong");
+        if (depth + 1 >= MAX_DEPTH || length + 1 + encryptedSegmentLength("x") > MAX_PATH_LENGTH)
+          skip(path, "pathTooLong");
         else walk(path, `${absolute}/${name}`, rules, length, depth + 1);
       } else if (kind === KIND.link) {
         if (!rules.ignores(path, false)) skip(path, "symlink");

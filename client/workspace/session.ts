@@ -15,6 +15,8 @@ export interface OpenWorkspace {
   secret: WorkspaceSecret;
   stateKey: StateKey;
   created: boolean;
+  /** Not on the edge yet: `indexWorkspace` creates it once its first scan succeeds. */
+  pending?: boolean;
 }
 
 export class WorkspaceNotIndexedError extends Error {
@@ -23,8 +25,9 @@ export class WorkspaceNotIndexedError extends Error {
 
 /**
  * The workspace bound to `dir` (or its nearest registered ancestor) on this client's edge. With
- * `create`, a new secret and workspace are made on first use; the workspace's name on the edge is
- * the encrypted directory name, so not even that leaves the device in the clear.
+ * `create`, a directory seen for the first time gets a new secret and a pending workspace, which
+ * `indexWorkspace` creates on the edge only once the directory has been scanned: a directory that
+ * cannot be scanned leaves no workspace behind.
  */
 export async function openWorkspace(
   sextant: Sextant,
@@ -32,23 +35,41 @@ export async function openWorkspace(
   options: { create?: boolean } = {},
 ): Promise<OpenWorkspace> {
   let entry = await findEntry(dir, sextant.baseURL);
-  let created = false;
+  const pending = !entry;
   if (!entry) {
     if (!options.create) throw new WorkspaceNotIndexedError(`${dir} is not indexed yet: run \`sextant index\` there.`);
-    const root = canonicalRoot(dir);
-    const secret = WorkspaceSecret.generate();
-    const workspace = await sextant.workspaces.create({ name: secret.encryptSegment(basename(root) || "root") });
-    entry = { root, baseURL: sextant.baseURL, workspaceId: workspace.id, secret: secret.toString() };
-    await saveEntry(entry);
-    created = true;
+    entry = {
+      root: canonicalRoot(dir),
+      baseURL: sextant.baseURL,
+      workspaceId: "",
+      secret: WorkspaceSecret.generate().toString(),
+    };
   }
   const secret = WorkspaceSecret.parse(entry.secret);
   return {
     entry,
     secret,
-    created,
+    created: false,
+    pending,
     stateKey: { root: entry.root, workspaceId: entry.workspaceId, fingerprint: secret.fingerprint },
   };
+}
+
+/**
+ * Creates a pending workspace on the edge and remembers it; its name there is the encrypted
+ * directory name, so not even that leaves the device in the clear.
+ */
+async function createPending(sextant: Sextant, ws: OpenWorkspace): Promise<void> {
+  if (!ws.pending) return;
+  const workspace = await sextant.workspaces.create({
+    name: ws.secret.encryptSegment(basename(ws.entry.root) || "root"),
+  });
+  // In place: a caller holding the entry or the state key (`sextant watch`) sees the new id.
+  ws.entry.workspaceId = workspace.id;
+  ws.stateKey.workspaceId = workspace.id;
+  await saveEntry(ws.entry);
+  ws.pending = false;
+  ws.created = true;
 }
 
 export interface IndexReport {
@@ -139,6 +160,7 @@ export async function indexWorkspace(
   const resident = options.state !== undefined;
   const state: WorkspaceState = options.state ?? (await loadState(ws.stateKey));
   const { scan, tree, scanMs, changed } = await scanLocal(ws, state, options);
+  await createPending(sextant, ws);
   // A one-shot run keeps its scan even if the sync then fails; a resident state is saved after.
   if (changed && !resident) await saveState(ws.stateKey, state);
 

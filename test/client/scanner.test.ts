@@ -176,7 +176,8 @@ describe("scanner", async () => {
     expect(named!.path.split("/")).toHaveLength(64);
     expect(deep.startsWith(named!.path)).toBe(true);
     // Everything kept fits: encrypted, no path passes the protocol's limits.
-    for (const path of result.files.keys()) expect(Upsert.shape.path.safeParse(secret.encryptPath(path)).success).toBe(true);
+    for (const path of result.files.keys())
+      expect(Upsert.shape.path.safeParse(secret.encryptPath(path)).success).toBe(true);
   });
 
   it("counts a file that vanished before it was read instead of failing", async () => {

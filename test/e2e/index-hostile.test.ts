@@ -1,18 +1,23 @@
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { Sextant } from "../../client/sdk/client.js";
+import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { makeTree } from "../support/fixture.js";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 
 /** `sextant index` on trees with files a sync cannot carry: each is skipped and named, never fatal. */
 describe("indexing hostile trees", () => {
   let edge: LocalEdge;
   let cli: (args: string[]) => ReturnType<typeof sextant>;
+  let env: Record<string, string>;
+  const workspaceIds = () =>
+    (JSON.parse(cli(["--json", "workspace", "list"]).stdout) as { id: string }[]).map((w) => w.id).sort();
 
   beforeAll(async () => {
     edge = await startLocalEdge();
-    const env = {
+    env = {
       SEXTANT_CONFIG_DIR: edge.configDir,
       SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
     };
@@ -50,5 +55,39 @@ describe("indexing hostile trees", () => {
     expect(human.stdout).toContain("and 5 more");
     const json = JSON.parse(cli(["--json", "index", dir, "--max-file-bytes", "100"]).stdout);
     expect(json.skippedFiles).toHaveLength(25);
+  });
+
+  it("answers a directory that does not exist, or is a file, with exit 2 in every command, and creates nothing", () => {
+    const before = workspaceIds();
+    const missing = join(mkdtempSync(join(tmpdir(), "sextant-gone-")), "nonexistent");
+    const file = join(mkdtempSync(join(tmpdir(), "sextant-file-")), "hostname");
+    writeFileSync(file, "host\n");
+    for (const args of [["index"], ["status"], ["search", "anything"], ["watch"]]) {
+      const gone = cli([...args, missing]);
+      expect(gone.code, `${args[0]}: ${gone.stderr}`).toBe(2);
+      expect(gone.stderr).toContain(`${missing} does not exist`);
+      const notDir = cli([...args, file]);
+      expect(notDir.code, `${args[0]}: ${notDir.stderr}`).toBe(2);
+      expect(notDir.stderr).toContain(`${file} is not a directory`);
+    }
+    expect(workspaceIds()).toEqual(before);
+  });
+
+  it("creates a workspace only once its first scan succeeded", async () => {
+    vi.stubEnv("SEXTANT_CONFIG_DIR", env.SEXTANT_CONFIG_DIR!);
+    vi.stubEnv("SEXTANT_CACHE_DIR", env.SEXTANT_CACHE_DIR!);
+    try {
+      const sdk = new Sextant({ apiKey: savedLocalEdge(edge).apiKey, baseURL: edge.baseURL, maxRetries: 0 });
+      const before = workspaceIds();
+      const dir = makeTree({ "a.ts": "a" });
+      const ws = await openWorkspace(sdk, dir, { create: true });
+      // The directory goes away between opening and scanning: the scan fails, and nothing is left on the edge.
+      rmSync(dir, { recursive: true });
+      await expect(indexWorkspace(sdk, ws)).rejects.toThrow(/ENOENT/);
+      expect(workspaceIds()).toEqual(before);
+      expect(cli(["status", dir]).code).toBe(2);
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 });
