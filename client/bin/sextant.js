@@ -27,9 +27,11 @@ function bundleIsCurrent() {
 if (bundleIsCurrent()) {
   await import(built.href);
 } else {
-  process.stderr.write(
-    "sextant: client/dist is missing or older than the source; running the source through tsx (`npm run build:cli` builds it)\n",
-  );
+  // With --json, stderr carries the error as JSON for a machine to parse: no notice there.
+  if (!process.argv.includes("--json"))
+    process.stderr.write(
+      "sextant: client/dist is missing or older than the source; running the source through tsx (`npm run build:cli` builds it)\n",
+    );
   const { register } = await import("tsx/esm/api");
   register();
   await import(source.href);
