@@ -192,8 +192,9 @@ export async function indexWorkspace(
     created: ws.created,
     files: scan.files.size,
     hashed: scan.hashed,
-    skipped: scan.skipped,
-    skippedFiles: scan.skippedFiles,
+    // Files the sync could not upload are skipped too, as too large.
+    skipped: { ...scan.skipped, tooLarge: scan.skipped.tooLarge + sync.skippedFiles.length },
+    skippedFiles: [...scan.skippedFiles, ...sync.skippedFiles],
     sync,
     scanMs,
     syncMs: performance.now() - syncStarted,

@@ -3,11 +3,16 @@ import { MAX_COMMIT_ENTRIES, MAX_DIFF_NODES, SYNC_PROTOCOL, type TreeNode, type 
 import type { Sextant } from "../sdk/client.js";
 import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
-import { prepareUpload, type PreparedUpload } from "./upload.js";
+import { prepareUpload, withoutChunks, type PreparedUpload } from "./upload.js";
+import type { SkippedFile } from "./scanner.js";
 import type { WorkspaceState } from "./state.js";
 import { join, type LocalTree } from "./tree.js";
 
-/** Keeps one commit request well under the edge's default 1 MiB body limit. */
+/** The edge's default `MAX_BODY_BYTES`: the most one request body may hold unless the edge says otherwise. */
+export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+/** Room in a body for the commit's envelope around its upserts and deletes. */
+const BODY_MARGIN_BYTES = 16 * 1024;
+/** Files are batched up to this many bytes a commit, so a commit stays well under the body limit. */
 const MAX_COMMIT_BYTES = 512 * 1024;
 /**
  * Nodes asked for per directory in the frontier. The edge expands breadth-first without knowing
@@ -37,6 +42,8 @@ export interface SyncReport {
   chunks: number;
   /** Secrets found in changed files and removed before upload. */
   secretsWithheld: number;
+  /** Files whose chunks no request body could hold: in the tree, but not searchable. */
+  skippedFiles: SkippedFile[];
 }
 
 export interface SyncOptions {
@@ -49,6 +56,8 @@ export interface SyncOptions {
   state: WorkspaceState;
   onProgress?: (event: { phase: "upload"; done: number; total: number }) => void;
   signal?: AbortSignal;
+  /** The edge's `MAX_BODY_BYTES`; DEFAULT_MAX_BODY_BYTES when not given. */
+  maxBodyBytes?: number;
 }
 
 /**
@@ -70,6 +79,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     converged: false,
     chunks: 0,
     secretsWithheld: 0,
+    skippedFiles: [],
   };
   const call = <T>(promise: Promise<T>) => {
     report.roundTrips++;
@@ -212,17 +222,28 @@ async function commitAll(
   // One commit in flight while the next batch is prepared: the device's reading, secret scanning and
   // chunking overlap the edge's embedding and storing instead of waiting for it.
   let inFlight: Promise<void> | undefined;
+  const maxUpsertBytes = (options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) - BODY_MARGIN_BYTES;
+  const prepare = async (entry: SyncChanges["upserts"][number]) => {
+    const prepared = await prepareUpload(options.root, options.secret, entry);
+    if (prepared.bytes <= maxUpsertBytes) return prepared;
+    report.skippedFiles.push({ path: entry.plain, reason: "tooLarge" });
+    return withoutChunks(prepared);
+  };
   while (deletes.length > 0 || next < changes.upserts.length || pending) {
     // Deletions first, then files in batches bounded by entries and by bytes (chunk text included).
-    const batchDeletes = deletes.slice(0, MAX_COMMIT_ENTRIES);
-    deletes = deletes.slice(batchDeletes.length);
+    let bytes = 0;
+    let taken = 0;
+    // A delete's path can be 8 KiB encrypted: a full batch of them must still fit a body.
+    while (
+      taken < Math.min(deletes.length, MAX_COMMIT_ENTRIES) &&
+      bytes + deletes[taken]!.length + 3 <= MAX_COMMIT_BYTES
+    )
+      bytes += deletes[taken++]!.length + 3;
+    const batchDeletes = deletes.slice(0, taken);
+    deletes = deletes.slice(taken);
     const upserts: Upsert[] = [];
-    let bytes = batchDeletes.reduce((n, p) => n + p.length + 3, 0);
     while (batchDeletes.length + upserts.length < MAX_COMMIT_ENTRIES) {
-      pending ??=
-        next < changes.upserts.length
-          ? await prepareUpload(options.root, options.secret, changes.upserts[next++]!)
-          : undefined;
+      pending ??= next < changes.upserts.length ? await prepare(changes.upserts[next++]!) : undefined;
       if (!pending) break;
       if (bytes + pending.bytes > MAX_COMMIT_BYTES && batchDeletes.length + upserts.length > 0) break;
       bytes += pending.bytes;

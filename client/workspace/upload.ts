@@ -10,7 +10,7 @@ export interface PreparedUpload {
   upsert: Upsert & { chunks: ChunkUpload[] };
   /** Secrets found and removed before upload: counted, never shown. */
   withheld: number;
-  /** Approximate size of the upsert in the request body. */
+  /** The upsert's size in the request body, as JSON. */
   bytes: number;
 }
 
@@ -49,7 +49,7 @@ export async function prepareUpload(
     // Gone since the scan, or grown past what a commit can describe: an empty leaf now, which the
     // next scan deletes or skips as too large.
     const upsert = { path: entry.path, hash: entry.hash, size: Math.min(entry.size, MAX_FILE_BYTES), chunks: [] };
-    return { upsert, withheld: 0, bytes: entry.path.length + 120 };
+    return { upsert, withheld: 0, bytes: jsonBytes(upsert) };
   }
   const hash = secret.contentHash(content);
   const binary = content.subarray(0, 8000).includes(0);
@@ -61,18 +61,30 @@ export async function prepareUpload(
     startLine: chunk.startLine,
     endLine: chunk.endLine,
   }));
-  const bytes = entry.path.length + 120 + chunks.reduce((n, c) => n + c.text.length * 1.1 + 120, 0);
   const language: Language = Language.safeParse(languageOf(entry.plain)).data ?? "text";
-  return {
-    upsert: {
-      path: entry.path,
-      hash,
-      size: content.length,
-      language,
-      pathTerms: secret.pathTerms.query(entry.plain).slice(0, MAX_PATH_TERMS),
-      chunks,
-    },
-    withheld: secrets.length,
-    bytes,
+  const upsert = {
+    path: entry.path,
+    hash,
+    size: content.length,
+    language,
+    pathTerms: secret.pathTerms.query(entry.plain).slice(0, MAX_PATH_TERMS),
+    chunks,
   };
+  return { upsert, withheld: secrets.length, bytes: jsonBytes(upsert) };
+}
+
+/**
+ * Exact, not estimated: JSON escapes a newline or a quote as two bytes and a control character as
+ * six, so a file of short lines takes half as much again in a body as on disk.
+ */
+const jsonBytes = (value: unknown) => Buffer.byteLength(JSON.stringify(value), "utf8");
+
+/**
+ * The upload without its chunks: the file is in the tree (so the tree converges) but has nothing
+ * to search. For a file whose chunks no request body can hold, since a commit replaces all of a
+ * file's chunks and so cannot spread them over several commits.
+ */
+export function withoutChunks(prepared: PreparedUpload): PreparedUpload {
+  const upsert = { ...prepared.upsert, chunks: [] };
+  return { upsert, withheld: 0, bytes: jsonBytes(upsert) };
 }

@@ -45,6 +45,22 @@ describe("indexing hostile trees", () => {
     expect(again.stdout).toMatch(/skipped d\/d\/d\/.*: path too long/);
   });
 
+  it("uploads a file near the 1 MiB cap without its chunks when no request body can hold them, and names it", () => {
+    // Short lines: JSON writes each newline as two bytes, so the chunks take far more than 1 MiB in a body.
+    const dir = makeTree({
+      "near-cap.txt": "ab\n".repeat(1_040_000 / 3),
+      "half.txt": "cd\n".repeat(150_000),
+      "ok.ts": "export const ok = 1;",
+    });
+    const run = cli(["--json", "index", dir]);
+    expect(run.code, run.stderr).toBe(0);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({ files: 3, skipped: { tooLarge: 1 }, sync: { added: 3, converged: true } });
+    expect(report.skippedFiles).toEqual([{ path: "near-cap.txt", reason: "tooLarge" }]);
+    expect(report.sync.chunks).toBeGreaterThan(1);
+    expect(JSON.parse(cli(["--json", "status", dir]).stdout).inSync).toBe(true);
+  });
+
   it("names at most 20 skipped paths in human output and all of them in --json", () => {
     const files: Record<string, string> = { "ok.ts": "ok" };
     for (let i = 0; i < 25; i++) files[`big-${i}.txt`] = "z".repeat(200);
