@@ -43,6 +43,10 @@ export interface ScanSkips {
   /** Deeper or longer, once encrypted, than a sync path may be (MAX_DEPTH, MAX_PATH_LENGTH). */
   pathTooLong: number;
   symlink: number;
+  /** A FIFO, socket or device: nothing to index. */
+  special: number;
+  /** A name that is not UTF-8 (Linux allows any bytes): it cannot be read back by the name the scan sees. */
+  badName: number;
   unreadable: number;
   vanished: number;
 }
@@ -60,6 +64,8 @@ export const noSkips = (): ScanSkips => ({
   tooLarge: 0,
   pathTooLong: 0,
   symlink: 0,
+  special: 0,
+  badName: 0,
   unreadable: 0,
   vanished: 0,
 });
@@ -156,8 +162,11 @@ export async function scanWorkspace(
     if (row !== undefined) cursor = row + 1;
     return row;
   };
-  const miss = (path: string, err: unknown) =>
-    skip(path, (err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable");
+  const miss = (path: string, err: unknown) => {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") skip(path, "unreadable");
+    // Listed, then not found: gone, or a name that is not UTF-8 and so came back with U+FFFD in it.
+    else skip(path, path.includes("\uFFFD") ? "badName" : "vanished");
+  };
 
   const list = (relative: string, absolute: string): string[] | undefined => {
     let mtimeMs: number;
@@ -209,6 +218,8 @@ export async function scanWorkspace(
         else walk(path, `${absolute}/${name}`, rules, length, depth + 1);
       } else if (kind === KIND.link) {
         if (!rules.ignores(path, false)) skip(path, "symlink");
+      } else if (kind === KIND.other) {
+        if (!rules.ignores(path, false)) skip(path, "special");
       } else if (kind === KIND.file) {
         const row = previousRow(path);
         if (!(trust && row !== undefined) && rules.ignores(path, false)) continue;

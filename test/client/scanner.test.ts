@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -183,6 +184,19 @@ describe("scanner", async () => {
   it("counts a file that vanished before it was read instead of failing", async () => {
     const root = makeTree({ "a.ts": "a" });
     expect(hashFile(join(root, "gone.ts"), {} as never, secret)).toBe("vanished");
+  });
+
+  it("names a file that vanished between listing and reading, and one that is a FIFO", async () => {
+    const root = makeTree({ "a.ts": "a", "b.ts": "b" });
+    spawnSync("mkfifo", [join(root, "pipe")]);
+    const result = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      // Called once the walk has listed the root, before any file is read.
+      onProgress: (e) => e.phase === "scan" && rmSync(join(root, "b.ts"), { force: true }),
+    });
+    expect([...result.files.keys()]).toEqual(["a.ts"]);
+    expect(result.skippedFiles).toContainEqual({ path: "b.ts", reason: "vanished" });
+    expect(result.skippedFiles).toContainEqual({ path: "pipe", reason: "special" });
   });
 
   // Permissions do not stop root, so this runs only as an ordinary user.

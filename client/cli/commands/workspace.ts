@@ -29,6 +29,8 @@ const SKIP_REASONS: Record<SkipReason, string> = {
   tooLarge: "too large",
   pathTooLong: "path too long",
   symlink: "symlink",
+  special: "not a regular file",
+  badName: "name not UTF-8",
   unreadable: "unreadable",
   vanished: "vanished",
 };
