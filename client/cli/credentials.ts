@@ -44,6 +44,13 @@ export async function writeSecretFile(path: string, value: unknown): Promise<voi
   await rename(tmp, path);
 }
 
-export async function removeFile(path: string): Promise<void> {
-  await rm(path, { force: true });
+/** Removes a file if it is there; says whether it was. */
+export async function removeFile(path: string): Promise<boolean> {
+  try {
+    await rm(path);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw err;
+  }
 }

@@ -20,6 +20,8 @@ export function buildProgram(): Command {
     .option("--timeout <seconds>", "per-request timeout")
     .option("--json", "print machine-readable JSON")
     .showHelpAfterError()
+    // Each subcommand's --help lists these too: they apply to every command.
+    .configureHelp({ showGlobalOptions: true })
     .exitOverride();
   for (const register of [whoami, workspaceCommands, mcp, keys, usage, admin, login]) register(program);
   // Every subcommand, at any depth, reports usage errors through exitOverride instead of exiting itself.
@@ -28,7 +30,23 @@ export function buildProgram(): Command {
   return program;
 }
 
+/**
+ * A reader that stops early (`sextant search … | head -1`) closes the pipe: the rest of the output
+ * has nowhere to go, which is an ordinary end, not an error with a stack trace.
+ */
+let quiet = false;
+function quietOnClosedPipe(): void {
+  if (quiet) return;
+  quiet = true;
+  for (const stream of [process.stdout, process.stderr])
+    stream.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code !== "EPIPE") throw err;
+      process.exit(process.exitCode ?? EXIT.ok);
+    });
+}
+
 export async function main(argv: string[]): Promise<number> {
+  quietOnClosedPipe();
   const program = buildProgram();
   try {
     await program.parseAsync(argv, { from: "user" });

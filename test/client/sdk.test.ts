@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { describe, expect, it } from "vitest";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { PROBLEM_CONTENT_TYPE, type ErrorCode } from "../../protocol/errors.js";
@@ -168,6 +169,17 @@ describe("Sextant SDK", () => {
   it("rejects a 2xx body that does not match the protocol", async () => {
     const { fetch } = scripted(json({ hello: "world" }));
     await expect(client(fetch).me()).rejects.toBeInstanceOf(InvalidResponseError);
+  });
+});
+
+describe("retries under a long-lived signal", () => {
+  it("leaves no abort listener behind on the caller's signal, however many retries it waited for", async () => {
+    const controller = new AbortController();
+    const busy = () => problem(503, "unavailable", { "Retry-After": "0" });
+    const { fetch } = scripted(...Array.from({ length: 12 }, busy));
+    const sdk = client(fetch, { maxRetries: 3 });
+    for (let i = 0; i < 3; i++) await expect(sdk.me({ signal: controller.signal })).rejects.toThrow();
+    expect(getEventListeners(controller.signal, "abort")).toHaveLength(0);
   });
 });
 

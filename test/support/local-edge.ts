@@ -8,7 +8,7 @@ import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 import { EDGE_LOG_DIR } from "../../scripts/runtime-log-scan.js";
 
-const ROOT = new URL("../../", import.meta.url).pathname;
+export const ROOT = new URL("../../", import.meta.url).pathname;
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
