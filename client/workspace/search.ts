@@ -1,9 +1,11 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { SYNC_PROTOCOL, type Language } from "../../protocol/sync.js";
+import { chunkFile } from "../index/chunker.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { Sextant } from "../sdk/client.js";
 import type { OpenWorkspace } from "./session.js";
+import { capSnippet } from "./snippet.js";
 
 export interface LocalHit {
   /** The real, workspace-relative path. */
@@ -11,7 +13,10 @@ export interface LocalHit {
   startLine: number;
   endLine: number;
   score: number;
-  /** The lines as they are on disk now (secrets removed, as they were when indexed). */
+  /**
+   * The chunk as it is on disk now (secrets removed, as they were when indexed), at most 20 lines
+   * and 2,000 characters, ending in a line of "…" when cut.
+   */
   snippet: string;
   /** The file changed since the chunk was indexed: the lines may no longer be what matched. */
   stale: boolean;
@@ -48,7 +53,7 @@ export async function searchWorkspace(
     },
     { vectorKey: ws.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
   );
-  const files = new Map<string, string[] | null>();
+  const files = new Map<string, { text: string; lines: string[]; chunks?: Map<string, string> } | null>();
   const hits: LocalHit[] = [];
   for (const hit of answer.results) {
     let path: string;
@@ -59,21 +64,32 @@ export async function searchWorkspace(
     }
     if (!files.has(path)) {
       try {
-        const text = await readFile(join(ws.entry.root, path), "utf8");
-        files.set(path, redact(text, await findSecrets(path, text)).split("\n"));
+        const raw = await readFile(join(ws.entry.root, path), "utf8");
+        const text = redact(raw, await findSecrets(path, raw));
+        files.set(path, { text, lines: text.split("\n") });
       } catch {
         files.set(path, null);
       }
     }
-    const lines = files.get(path);
-    const snippet = lines ? lines.slice(hit.startLine - 1, hit.endLine).join("\n") : "";
+    const file = files.get(path);
+    let text = file ? file.lines.slice(hit.startLine - 1, hit.endLine).join("\n") : "";
+    let fresh = file !== null && ws.secret.chunkId(text) === hit.chunkId;
+    if (file && !fresh) {
+      // A chunk is not always whole lines (the chunker cuts a line longer than a chunk into pieces):
+      // chunk the file again as the index did, and look for this chunk's id among its chunks.
+      file.chunks ??= new Map(
+        (await chunkFile(path, file.text)).map((c) => [`${c.startLine}:${c.endLine}:${ws.secret.chunkId(c.text)}`, c.text]),
+      );
+      const same = file.chunks.get(`${hit.startLine}:${hit.endLine}:${hit.chunkId}`);
+      if (same !== undefined) [text, fresh] = [same, true];
+    }
     hits.push({
       path,
       startLine: hit.startLine,
       endLine: hit.endLine,
       score: hit.score,
-      snippet,
-      stale: !lines || ws.secret.chunkId(snippet) !== hit.chunkId,
+      snippet: capSnippet(text),
+      stale: !fresh,
     });
   }
   return { root: answer.root, hits };

@@ -86,7 +86,7 @@ export interface IndexReport {
   syncMs: number;
 }
 
-export interface IndexOptions extends Pick<ScanOptions, "maxFileBytes" | "onProgress"> {
+export interface IndexOptions extends Pick<ScanOptions, "maxFileBytes" | "includeGenerated" | "onProgress"> {
   onUpload?: (event: { done: number; total: number }) => void;
   signal?: AbortSignal;
   /** A state kept in memory between runs (by `sextant watch`), instead of loading it from disk. */
@@ -110,13 +110,14 @@ export interface LocalScan {
 export async function scanLocal(
   ws: OpenWorkspace,
   state: WorkspaceState,
-  options: Pick<ScanOptions, "maxFileBytes" | "onProgress"> & { paths?: Iterable<string> } = {},
+  options: Pick<ScanOptions, "maxFileBytes" | "includeGenerated" | "onProgress"> & { paths?: Iterable<string> } = {},
 ): Promise<LocalScan> {
   const started = performance.now();
   ws.secret.seed(state.segments);
   const targeted = options.paths
     ? scanPaths(ws.entry.root, ws.secret, state, options.paths, {
         ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
+        ...(options.includeGenerated ? { includeGenerated: true } : {}),
       })
     : undefined;
   const scan =
@@ -129,6 +130,7 @@ export async function scanLocal(
       ...(state.skipped ? { previousSkipped: state.skipped } : {}),
       ...(state.skippedFiles ? { previousSkippedFiles: state.skippedFiles } : {}),
       ...(options.maxFileBytes ? { maxFileBytes: options.maxFileBytes } : {}),
+      ...(options.includeGenerated ? { includeGenerated: true } : {}),
       ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     }));
   const tree = new LocalTree(scan.files, ws.secret, { files: state.entries, dirHashes: state.dirHashes });

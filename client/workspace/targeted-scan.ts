@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { FileTableBuilder } from "./file-table.js";
 import { IgnoreStack } from "./ignore-rules.js";
 import { parentOf } from "../../protocol/merkle.js";
-import { fileSizeLimit, hashFile, kindOf, noSkips, type ScanResult, type SkippedFile } from "./scanner.js";
+import { fileSizeLimit, generatedByName, hashFile, kindOf, noSkips, type ScanResult, type SkippedFile } from "./scanner.js";
 import { encryptedSegmentLength, type WorkspaceSecret } from "./secret.js";
 import { MAX_DEPTH, MAX_PATH_LENGTH } from "../../protocol/sync.js";
 import type { WorkspaceState } from "./state.js";
@@ -27,7 +27,7 @@ export function scanPaths(
   secret: WorkspaceSecret,
   state: WorkspaceState,
   paths: Iterable<string>,
-  options: { maxFileBytes?: number } = {},
+  options: { maxFileBytes?: number; includeGenerated?: boolean } = {},
 ): ScanResult | undefined {
   if (state.entries.size === 0 || !state.rules) return undefined;
   const maxFileBytes = fileSizeLimit(options.maxFileBytes);
@@ -81,9 +81,14 @@ export function scanPaths(
       else if (stats.isFile()) skips.push({ path, reason: "tooLarge" });
       continue;
     }
+    if (!options.includeGenerated && generatedByName(name)) {
+      updates.set(path, null);
+      skips.push({ path, reason: "generated" });
+      continue;
+    }
     const known = state.entries.get(path);
     if (known && known.size === stats.size && known.mtimeMs === stats.mtimeMs && known.ino === stats.ino) continue;
-    const outcome = hashFile(absolute, stats, secret);
+    const outcome = hashFile(absolute, stats, secret, options.includeGenerated);
     hashed++;
     updates.set(path, typeof outcome === "string" ? null : outcome);
     if (typeof outcome === "string") skips.push({ path, reason: outcome });

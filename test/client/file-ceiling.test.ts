@@ -19,8 +19,9 @@ const gitOnly = { useDefaults: false, globalExcludes: null } as const;
 captureCli();
 
 /**
- * A workspace with a file one byte past the ceiling and one at it: text where git's binary probe
- * looks, sparse after it, so that neither takes disk and both would be read if not skipped.
+ * A workspace with a file one byte past the ceiling and one at it: text of ordinary lines where git's
+ * binary probe and the generated-file probe look, sparse after it, so that neither takes disk and both
+ * would be read if not skipped.
  */
 function workspaceWithLargeFiles(): string {
   const root = mkdtempSync(join(tmpdir(), "sextant-ceiling-"));
@@ -28,7 +29,7 @@ function workspaceWithLargeFiles(): string {
     ["over.txt", MAX_FILE_BYTES + 1],
     ["at.txt", MAX_FILE_BYTES],
   ] as const) {
-    writeFileSync(join(root, name), `${"x".repeat(8191)}\n`);
+    writeFileSync(join(root, name), `${"x".repeat(79)}\n`.repeat(1024));
     truncateSync(join(root, name), size);
   }
   writeFileSync(join(root, "small.ts"), "export const a = 1;\n");

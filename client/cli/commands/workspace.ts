@@ -29,6 +29,7 @@ const SKIP_REASONS: Record<SkipReason, string> = {
   tooLarge: "too large",
   pathTooLong: "path too long",
   symlink: "symlink",
+  generated: "generated",
   special: "not a regular file",
   badName: "name not UTF-8",
   unreadable: "unreadable",
@@ -76,7 +77,8 @@ export function workspaceCommands(program: Command): void {
     .description("Index a directory: scan it, and sync its Merkle tree (encrypted names, keyed hashes) to the edge")
     .argument("[dir]", "the workspace root", ".")
     .option("--max-file-bytes <n>", `skip files larger than this (at most ${MAX_FILE_BYTES})`, String(1024 * 1024))
-    .action(async (dir: string, opts: { maxFileBytes: string }, cmd: Command) => {
+    .option("--include-generated", "index source maps, minified bundles and files of overlong lines too")
+    .action(async (dir: string, opts: { maxFileBytes: string; includeGenerated?: boolean }, cmd: Command) => {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const maxFileBytes = Number(opts.maxFileBytes);
       if (!Number.isInteger(maxFileBytes) || maxFileBytes <= 0 || maxFileBytes > MAX_FILE_BYTES)
@@ -87,6 +89,7 @@ export function workspaceCommands(program: Command): void {
       try {
         const report = await indexWorkspace(sextant, ws, {
           maxFileBytes,
+          ...(opts.includeGenerated ? { includeGenerated: true } : {}),
           onProgress: (e) => bar.update(e.phase === "scan" ? "scanning" : "hashing", e.done, e.total),
           onUpload: (e) => bar.update("syncing", e.done, e.total),
         });

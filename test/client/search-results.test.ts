@@ -1,0 +1,99 @@
+import { describe, expect, it } from "vitest";
+import { chunkFile } from "../../client/index/chunker.js";
+import { scanWorkspace } from "../../client/workspace/scanner.js";
+import { searchWorkspace } from "../../client/workspace/search.js";
+import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import type { OpenWorkspace } from "../../client/workspace/session.js";
+import type { Sextant } from "../../client/sdk/client.js";
+import type { SearchHit } from "../../protocol/sync.js";
+import { makeTree } from "../support/fixture.js";
+
+const secret = WorkspaceSecret.generate();
+
+/** The edge's answer stood in for: the hits are the chunks the index made of the files named. */
+async function searchOver(root: string, indexed: Record<string, string>, pick: (path: string, i: number) => boolean) {
+  const results: SearchHit[] = [];
+  for (const [path, text] of Object.entries(indexed)) {
+    (await chunkFile(path, text)).forEach((chunk, i) => {
+      if (!pick(path, i)) return;
+      results.push({
+        path: secret.encryptPath(path),
+        startLine: chunk.startLine,
+        endLine: chunk.endLine,
+        chunkId: secret.chunkId(chunk.text),
+        score: 1 / (results.length + 1),
+        channels: { vector: null, lexical: null },
+      });
+    });
+  }
+  const sextant = { workspaces: { search: async () => ({ protocol: 2, root: "0".repeat(64), results }) } };
+  const ws = { entry: { root, workspaceId: "ws", baseURL: "http://edge" }, secret } as unknown as OpenWorkspace;
+  return (await searchWorkspace(sextant as unknown as Sextant, ws, "query")).hits;
+}
+
+describe("search results read from disk", () => {
+  it("finds a piece of one long line fresh, and shows it capped instead of the whole line", async () => {
+    const map = JSON.stringify({ version: 3, mappings: "AAAA,".repeat(10_000) });
+    const root = makeTree({ "app.js.map": map });
+    const hits = await searchOver(root, { "app.js.map": map }, (_, i) => i === 1);
+    expect(hits).toHaveLength(1);
+    expect(hits[0]!.stale).toBe(false);
+    expect(hits[0]!.snippet.length).toBeLessThanOrEqual(2002);
+    expect(hits[0]!.snippet.endsWith("\n…")).toBe(true);
+  });
+
+  it("still marks a chunk stale when its file changed", async () => {
+    const before = "export function a() {\n  return 1;\n}\n";
+    const root = makeTree({ "a.ts": "export function a() {\n  return 2;\n}\n" });
+    const hits = await searchOver(root, { "a.ts": before }, () => true);
+    expect(hits.map((h) => h.stale)).toEqual([true]);
+  });
+
+  it("caps a long chunk at 20 lines", async () => {
+    const text = Array.from({ length: 40 }, (_, i) => `line ${i}`).join("\n") + "\n";
+    const root = makeTree({ "notes.txt": text });
+    const [hit] = await searchOver(root, { "notes.txt": text }, () => true);
+    expect(hit!.stale).toBe(false);
+    expect(hit!.snippet.split("\n")).toEqual([...Array.from({ length: 20 }, (_, i) => `line ${i}`), "…"]);
+  });
+});
+
+describe("generated files", () => {
+  const files = {
+    "src/app.ts": "export const app = 1;\n",
+    "dist/app.js.map": "{}",
+    "dist/app.min.js": "var a=1;",
+    "dist/styles.min.css": "a{b:c}",
+    "dist/bundle.js": `${"x=1;".repeat(5000)}\n${"y=2;".repeat(5000)}\n`,
+  };
+  const gitOnly = { useDefaults: false, globalExcludes: null } as const;
+
+  it("are skipped by default and named with reason generated", async () => {
+    const scan = await scanWorkspace(makeTree(files), secret, gitOnly);
+    expect([...scan.files.keys()]).toEqual(["src/app.ts"]);
+    expect(scan.skipped.generated).toBe(4);
+    expect(scan.skippedFiles.map((f) => `${f.path} ${f.reason}`).sort()).toEqual([
+      "dist/app.js.map generated",
+      "dist/app.min.js generated",
+      "dist/bundle.js generated",
+      "dist/styles.min.css generated",
+    ]);
+  });
+
+  it("are indexed with includeGenerated, and a warm scan follows the option when it changes", async () => {
+    const root = makeTree(files);
+    const first = await scanWorkspace(root, secret, gitOnly);
+    const included = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      includeGenerated: true,
+      previous: first.files,
+      previousDirs: first.dirs,
+      previousStartedAt: first.startedAt,
+      previousRules: first.rules,
+      previousSkipped: first.skipped,
+      previousSkippedFiles: first.skippedFiles,
+    });
+    expect([...included.files.keys()].sort()).toEqual(Object.keys(files).sort());
+    expect(included.skipped.generated).toBe(0);
+  });
+});
