@@ -7,15 +7,22 @@ export interface Redaction {
   /** Character offsets into the text, end exclusive. */
   start: number;
   end: number;
-  /** Which rule found it: a secretlint rule id, or "high-entropy". */
+  /** Which rule found it: a secretlint rule id, or "named-credential". */
   rule: string;
 }
 
 /** What replaces a secret in the text that leaves the device: same line count, nothing of the secret. */
 export const REDACTED = "[secret removed]";
 
-// Tokens that look random: long runs of base64/hex-ish characters.
-const TOKEN = /[A-Za-z0-9+/_\-=]{24,}/g;
+/**
+ * A random-looking string literal assigned to a name that says it is a credential (`API_TOKEN =
+ * "…"`, `clientSecret: '…'`): the generic key that no provider rule of the preset knows. The name is
+ * required because a random-looking token alone is not a secret: over npm sources a bare entropy
+ * check redacted identifiers (`JsonSchema7NativeEnumType`) and base64 test data, 645 times in an
+ * 11.7k-file node_modules, and those chunks could no longer be found.
+ */
+const NAMED_CREDENTIAL =
+  /\b[\w$]*(?:secret|token|passw(?:or)?d|api_?key|apikey|access_?key|private_?key|credential|auth)[\w$]*["']?\s*(?:=|:|:=|=>)\s*(["'`])([A-Za-z0-9+/_\-=.]{20,})\1/gi;
 const MIN_ENTROPY_BITS = 4.2;
 
 function entropy(token: string): number {
@@ -30,14 +37,14 @@ function entropy(token: string): number {
 }
 
 /**
- * Random-looking tokens that secretlint's provider-specific rules would miss (a generic API key in
- * a config, a token pasted into a test). Identifiers and paths are spared: they are words, not noise.
+ * A name, not noise: `Ai_Cf_Meta_Llama_3`, `docs/Web/API/port1`, `JsonSchema7NativeEnumType`. Split on
+ * separators and camel-case humps, most parts are words (a capital and lower case letters, all
+ * capitals, or a short number), where a key's parts are short jumbles of case and digits.
  */
-/** Words joined by separators (`Ai_Cf_Meta_Llama_3`, `docs/Web/API/port1`): a name, not a secret. */
 function wordLike(token: string): boolean {
-  const parts = token.split(/[_\-/.+=]+/).filter(Boolean);
-  if (parts.length < 3) return false;
-  const words = parts.filter((p) => /^([A-Z]?[a-z]+|[A-Z]+|\d+[A-Za-z]?|[A-Z][a-z]*\d*)$/.test(p)).length;
+  const parts = token.split(/[_\-/.+=]+|(?<=[a-z0-9])(?=[A-Z])/).filter(Boolean);
+  if (parts.length < 2) return false;
+  const words = parts.filter((p) => /^([A-Z]?[a-z]{2,}\d{0,2}|[A-Z]{2,}\d{0,2}|\d{1,4}[A-Za-z]?)$/.test(p)).length;
   return words / parts.length >= 0.6;
 }
 
@@ -48,33 +55,51 @@ function sequential(token: string): boolean {
   return steps / token.length > 0.5;
 }
 
-function highEntropy(text: string): Redaction[] {
+function namedCredentials(text: string): Redaction[] {
   const found: Redaction[] = [];
-  for (const match of text.matchAll(TOKEN)) {
-    const token = match[0];
+  for (const match of text.matchAll(NAMED_CREDENTIAL)) {
+    const token = match[2]!;
     const classes = [/[a-z]/, /[A-Z]/, /[0-9]/].filter((re) => re.test(token)).length;
     if (classes < 3 || entropy(token) < MIN_ENTROPY_BITS || wordLike(token) || sequential(token)) continue;
-    found.push({ start: match.index!, end: match.index! + token.length, rule: "high-entropy" });
+    // The value's own range: the name and the quotes stay, so the code around it reads the same.
+    const start = match.index! + match[0].length - 1 - token.length;
+    found.push({ start, end: start + token.length, rule: NAMED_CREDENTIAL_RULE });
   }
   return found;
 }
 
+/** The rule id of the one check that is not secretlint's preset. */
+export const NAMED_CREDENTIAL_RULE = "named-credential";
+
 /**
  * Finds secrets in a file with secretlint's recommended rules (cloud keys, tokens, private keys,
- * connection strings…) plus a high-entropy check, before anything leaves the device.
+ * connection strings…) plus a random-looking value under a credential's name, before anything leaves
+ * the device.
  */
 export async function findSecrets(path: string, text: string): Promise<Redaction[]> {
   const ext = extensionOf(path);
   const result = await lintSource({
-    source: { filePath: `file${ext}`, content: text, ext, contentType: "text" },
+    source: { filePath: nameForRules(path, ext), content: text, ext, contentType: "text" },
     options: {
       config: { rules: [{ id: "@secretlint/secretlint-rule-preset-recommend", rule: recommended }] },
       noPhysicFilePath: true,
     },
   });
   await forgetProfile();
-  const found = result.messages.map((m) => ({ start: m.range[0], end: m.range[1], rule: m.ruleId }));
-  return merge([...found, ...highEntropy(text)]);
+  const found = result.messages.map((m) => {
+    const { start, end } = coveringReported(text, m.range, m.data);
+    return { ...withinQuotes(text, start, end), rule: m.ruleId };
+  });
+  return merge([...found, ...namedCredentials(text)]);
+}
+
+/**
+ * The preset's npm rule looks for GitHub OAuth tokens in URLs only in a file whose name ends with
+ * `package.json` or `package-lock.json`, so those two names are passed on as they are.
+ */
+function nameForRules(path: string, ext: string): string {
+  const name = path.slice(path.lastIndexOf("/") + 1);
+  return name === "package.json" || name === "package-lock.json" ? name : `file${ext}`;
 }
 
 /**
@@ -102,6 +127,45 @@ async function forgetProfile(): Promise<void> {
   (await secretLintProfiler.getMeasures()).length = 0;
   performance.clearMarks();
   performance.clearMeasures();
+}
+
+/**
+ * The range a rule reports may not hold the secret it names: the AWS secret-key rule reports the
+ * secret's length from where the variable's name starts, so `AWS_SECRET_ACCESS_KEY=…` is reported
+ * with the key's tail outside the range. The secret is in the message's data too: the range is
+ * widened to cover where that value next occurs.
+ */
+function coveringReported(
+  text: string,
+  range: readonly [number, number],
+  data: unknown,
+): { start: number; end: number } {
+  const start = range[0];
+  let end = range[1];
+  const values = data && typeof data === "object" ? Object.values(data) : [];
+  for (const value of values) {
+    if (typeof value !== "string" || value.length < 8) continue;
+    const at = text.indexOf(value, start);
+    if (at >= 0 && at <= end) end = Math.max(end, at + value.length);
+  }
+  return { start, end };
+}
+
+/**
+ * The preset's connection-string patterns run to the next whitespace, so `"postgres://u:p@h/db"; }`
+ * matches up to the brace and redacting that range ate the closing quote and the code after it. A
+ * match that opens a string literal ends where that literal does: its quote cannot be part of it.
+ * Unless an `@` follows the quote: then the credentials themselves run on past it (`"…u:" + pw + "@h"`),
+ * and the whole match is kept so that none of them leaves.
+ */
+function withinQuotes(text: string, start: number, end: number): { start: number; end: number } {
+  const quote = text[start - 1];
+  if (quote !== '"' && quote !== "'" && quote !== "`") return { start, end };
+  for (let i = start; i < end; i++) {
+    if (text[i] === "\\") i++;
+    else if (text[i] === quote) return text.slice(i, end).includes("@") ? { start, end } : { start, end: i };
+  }
+  return { start, end };
 }
 
 function merge(ranges: Redaction[]): Redaction[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { findSecrets, redact, REDACTED } from "../../client/index/secrets.js";
+import { findSecrets, NAMED_CREDENTIAL_RULE, redact, REDACTED } from "../../client/index/secrets.js";
 
 // Built at run time so that no scanner mistakes this test file for a leak.
 const AWS_KEY = ["AKIA", "QYLPMN5HHHFPZAM2"].join("");
@@ -46,10 +46,39 @@ describe("secret filtering", () => {
     expect(await findSecrets("a.ts", text)).toEqual([]);
   });
 
-  it("catches a random-looking token no provider rule knows", async () => {
+  it("catches a random-looking token no provider rule knows when its name says it is a credential", async () => {
     const token = ["Zx8Qp2LmV7", "nR4tYb9KcW", "3sHd6Jf1Ga"].join("");
-    const secrets = await findSecrets("settings.py", `API_TOKEN = "${token}"\n`);
-    expect(secrets.map((s) => s.rule)).toContain("high-entropy");
+    const text = `API_TOKEN = "${token}"\n`;
+    const secrets = await findSecrets("settings.py", text);
+    expect(secrets.map((s) => s.rule)).toContain(NAMED_CREDENTIAL_RULE);
+    expect(redact(text, secrets)).toBe(`API_TOKEN = "${REDACTED}"\n`);
+  });
+
+  it("keeps identifiers with digits and base64 test data that no credential name holds", async () => {
+    const text = [
+      "export type JsonSchema7NativeEnumType = {",
+      "  type: string;",
+      "};",
+      'expect(encode("hello world, this is a test")).toBe("aGVsbG8gd29ybGQsIHRoaXMgaXMgYSB0ZXN0");',
+      'const fixture = "SGVsbG8gV29ybGQhIFRoaXMgaXMgYSB0ZXN0IHN0cmluZw==";',
+      "const parseUInt8ArrayBase64UrlSafeV2 = () => 0;",
+    ].join("\n");
+    expect(await findSecrets("types.ts", text)).toEqual([]);
+  });
+
+  it("redacts a quoted connection string up to its closing quote and no further", async () => {
+    const url = ["postgres://admin:", "Xk29fjQ7vL", "@db.internal:5432/app"].join("");
+    const text = `function dsn() {\n  return "${url}"; }\nconst x = 1;\n`;
+    const clean = redact(text, await findSecrets("db.ts", text));
+    expect(clean).toBe(`function dsn() {\n  return "${REDACTED}"; }\nconst x = 1;\n`);
+  });
+
+  it("redacts the whole AWS secret key, whose rule reports a range that starts at the variable's name", async () => {
+    const key = ["wJalrXUtnFEMI", "K7MDENGbPxRfiCY", "Zq81mTbVw0sPLe"].join("/").slice(0, 40);
+    const text = `AWS_SECRET_ACCESS_KEY=${key}\nregion=eu-west-1\n`;
+    const clean = redact(text, await findSecrets(".env.example", text));
+    expect(clean).not.toContain(key.slice(-12));
+    expect(clean).toContain("region=eu-west-1");
   });
 
   it("scans files whose names hold a newline, a carriage return or control characters", async () => {

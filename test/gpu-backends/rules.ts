@@ -88,7 +88,7 @@ const SECRET_NAME = /(password|passwd|secret|token|api_?key|private_?key|access_
 const NOT_A_SECRET = /^[A-Z][A-Z0-9_]*$|^[a-z]+(-[a-z]+)*$/;
 
 /**
- * No secret in code or state: secretlint's recommended rules and the high-entropy check the
+ * No secret in code or state: secretlint's recommended rules and the credential-name check the
  * client uses on every file, literal values in secret-named attributes, and no resource that
  * stores a secret's value in state.
  */
