@@ -5,7 +5,7 @@ import { chunkFile } from "../index/chunker.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { Sextant } from "../sdk/client.js";
 import type { OpenWorkspace } from "./session.js";
-import { capSnippet } from "./snippet.js";
+import { capSnippet, focusLine } from "./snippet.js";
 
 export interface LocalHit {
   /** The real, workspace-relative path. */
@@ -18,6 +18,11 @@ export interface LocalHit {
    * and 2,000 characters, ending in a line of "…" when cut.
    */
   snippet: string;
+  /**
+   * The line the snippet starts at: the chunk's line that holds most of the query's words, else its
+   * first definition, else startLine.
+   */
+  snippetLine: number;
   /** The file changed since the chunk was indexed: the lines may no longer be what matched. */
   stale: boolean;
 }
@@ -83,12 +88,14 @@ export async function searchWorkspace(
       const same = file.chunks.get(`${hit.startLine}:${hit.endLine}:${hit.chunkId}`);
       if (same !== undefined) [text, fresh] = [same, true];
     }
+    const focus = focusLine(text, query);
     hits.push({
       path,
       startLine: hit.startLine,
       endLine: hit.endLine,
       score: hit.score,
-      snippet: capSnippet(text),
+      snippet: capSnippet(text.split("\n").slice(focus).join("\n")),
+      snippetLine: hit.startLine + focus,
       stale: !fresh,
     });
   }

@@ -11,7 +11,12 @@ import { makeTree } from "../support/fixture.js";
 const secret = WorkspaceSecret.generate();
 
 /** The edge's answer stood in for: the hits are the chunks the index made of the files named. */
-async function searchOver(root: string, indexed: Record<string, string>, pick: (path: string, i: number) => boolean) {
+async function searchOver(
+  root: string,
+  indexed: Record<string, string>,
+  pick: (path: string, i: number) => boolean,
+  query = "query",
+) {
   const results: SearchHit[] = [];
   for (const [path, text] of Object.entries(indexed)) {
     (await chunkFile(path, text)).forEach((chunk, i) => {
@@ -28,7 +33,7 @@ async function searchOver(root: string, indexed: Record<string, string>, pick: (
   }
   const sextant = { workspaces: { search: async () => ({ protocol: 2, root: "0".repeat(64), results }) } };
   const ws = { entry: { root, workspaceId: "ws", baseURL: "http://edge" }, secret } as unknown as OpenWorkspace;
-  return (await searchWorkspace(sextant as unknown as Sextant, ws, "query")).hits;
+  return (await searchWorkspace(sextant as unknown as Sextant, ws, query)).hits;
 }
 
 describe("search results read from disk", () => {
@@ -55,6 +60,48 @@ describe("search results read from disk", () => {
     const [hit] = await searchOver(root, { "notes.txt": text }, () => true);
     expect(hit!.stale).toBe(false);
     expect(hit!.snippet.split("\n")).toEqual([...Array.from({ length: 20 }, (_, i) => `line ${i}`), "…"]);
+  });
+});
+
+describe("the lines a snippet shows", () => {
+  const licence = Array.from({ length: 8 }, (_, i) => `// Licensed under the terms of clause ${i}.`).join("\n");
+  const source = `${licence}
+/**
+ * @param dir the directory given on the command line
+ * @param options how to treat symlinks
+ */
+export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }): string {
+  const real = options.follow ? realpath(dir) : dir;
+  return findMarker(real, ".git") ?? real;
+}
+`;
+  const search = async (query: string) => {
+    const root = makeTree({ "root.ts": source });
+    const hits = await searchOver(root, { "root.ts": source }, () => true, query);
+    expect(hits).toHaveLength(1);
+    return hits[0]!;
+  };
+
+  it("start at the line holding most of the query's words", async () => {
+    const hit = await search("how is the workspace root resolved when following symlinks");
+    expect(hit.snippetLine).toBe(13);
+    expect(hit.snippet.split("\n")[0]).toBe("export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }): string {");
+    const marker = await search("find the .git marker");
+    expect(marker.snippet.split("\n")[0]).toBe('  return findMarker(real, ".git") ?? real;');
+  });
+
+  it("start at the definition when no line holds the query's words", async () => {
+    const hit = await search("zebra");
+    expect(hit.snippetLine).toBe(13);
+    expect(hit.snippet.startsWith("export function resolveWorkspaceRoot(")).toBe(true);
+  });
+
+  it("start at the chunk's first line when it has neither", async () => {
+    const text = "alpha\nbeta\ngamma\n";
+    const root = makeTree({ "notes.txt": text });
+    const [hit] = await searchOver(root, { "notes.txt": text }, () => true, "zebra");
+    expect(hit!.snippetLine).toBe(1);
+    expect(hit!.snippet).toBe("alpha\nbeta\ngamma");
   });
 });
 

@@ -39,7 +39,12 @@ const SearchOutput = {
       startLine: z.number().int(),
       endLine: z.number().int(),
       score: z.number(),
-      snippet: z.string().describe("The lines as they are on disk now, secrets removed."),
+      snippet: z
+        .string()
+        .describe(
+          "The lines as they are on disk now, secrets removed, from the one that matches the query best; at most 20 lines and 2,000 characters.",
+        ),
+      snippetLine: z.number().int().describe("The line the snippet starts at."),
       stale: z.boolean().describe("The file changed since it was indexed: the lines may no longer be what matched."),
     }),
   ),
@@ -98,7 +103,8 @@ function render(root: string, hits: LocalHit[], within: string | undefined): str
   if (hits.length === 0) return `No results${scope} in ${root}.`;
   const blocks = hits.map((hit) => {
     const flag = hit.stale ? "  (changed since indexed)" : "";
-    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}`;
+    const from = hit.snippetLine > hit.startLine ? `  (shown from line ${hit.snippetLine})` : "";
+    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}${from}`;
     return hit.snippet === "" ? `${head}\n(these lines are no longer in the file)` : `${head}\n${fenced(hit.snippet)}`;
   });
   const count = `${hits.length} result${hits.length === 1 ? "" : "s"}`;

@@ -129,7 +129,9 @@ export function workspaceCommands(program: Command): void {
         for (const hit of hits) {
           const flag = hit.stale ? "  (changed since indexed)" : "";
           process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
+          // The snippet starts where the query matched: say that the chunk's first lines were passed over.
           const lines = hit.snippet.split("\n").slice(0, 6);
+          if (hit.snippetLine > hit.startLine) process.stdout.write(`    … (from line ${hit.snippetLine})\n`);
           for (const line of lines) process.stdout.write(`    ${line.slice(0, 160)}\n`);
           process.stdout.write("\n");
         }
