@@ -15,14 +15,23 @@ export interface Redaction {
 export const REDACTED = "[secret removed]";
 
 /**
- * A random-looking string literal assigned to a name that says it is a credential (`API_TOKEN =
- * "…"`, `clientSecret: '…'`): the generic key that no provider rule of the preset knows. The name is
- * required because a random-looking token alone is not a secret: over npm sources a bare entropy
- * check redacted identifiers (`JsonSchema7NativeEnumType`) and base64 test data, 645 times in an
- * 11.7k-file node_modules, and those chunks could no longer be found.
+ * A random-looking value assigned to a name that says it is a credential (`API_TOKEN = "…"`,
+ * `clientSecret: '…'`, `AUTH_TOKEN=…` in a .env file): the generic key that no provider rule of the
+ * preset knows. The name is required because a random-looking token alone is not a secret: over the
+ * 7,964 files of `npm run eval:secrets` a bare entropy check redacted 1,502 identifiers
+ * (`JsonSchema7NativeEnumType`) and base64 test strings, and those chunks could no longer be found.
  */
-const NAMED_CREDENTIAL =
-  /\b[\w$]*(?:secret|token|passw(?:or)?d|api_?key|apikey|access_?key|private_?key|credential|auth)[\w$]*["']?\s*(?:=|:|:=|=>)\s*(["'`])([A-Za-z0-9+/_\-=.]{20,})\1/gi;
+const CREDENTIAL_NAME = String.raw`[\w$]*(?:secret|token|passw(?:or)?d|api_?key|apikey|access_?key|private_?key|credential|auth)[\w$]*`;
+const CREDENTIAL_VALUE = String.raw`(?<value>[A-Za-z0-9+/_\-=.]{20,})`;
+const NAMED_CREDENTIALS = [
+  // In code and JSON: a quoted value.
+  new RegExp(String.raw`\b${CREDENTIAL_NAME}["']?\s*(?:=|:|:=|=>)\s*(["'\`])${CREDENTIAL_VALUE}\1`, "gid"),
+  // In .env, ini and YAML files: the rest of a `NAME=value` or `name: value` line, unquoted.
+  new RegExp(
+    String.raw`^[ \t]*(?:export[ \t]+)?${CREDENTIAL_NAME}[ \t]*[=:][ \t]*${CREDENTIAL_VALUE}[ \t]*\r?$`,
+    "gimd",
+  ),
+];
 const MIN_ENTROPY_BITS = 4.2;
 
 function entropy(token: string): number {
@@ -57,13 +66,13 @@ function sequential(token: string): boolean {
 
 function namedCredentials(text: string): Redaction[] {
   const found: Redaction[] = [];
-  for (const match of text.matchAll(NAMED_CREDENTIAL)) {
-    const token = match[2]!;
+  for (const match of NAMED_CREDENTIALS.flatMap((re) => [...text.matchAll(re)])) {
+    const token = match.groups!.value!;
     const classes = [/[a-z]/, /[A-Z]/, /[0-9]/].filter((re) => re.test(token)).length;
     if (classes < 3 || entropy(token) < MIN_ENTROPY_BITS || wordLike(token) || sequential(token)) continue;
     // The value's own range: the name and the quotes stay, so the code around it reads the same.
-    const start = match.index! + match[0].length - 1 - token.length;
-    found.push({ start, end: start + token.length, rule: NAMED_CREDENTIAL_RULE });
+    const [start, end] = match.indices!.groups!.value!;
+    found.push({ start, end, rule: NAMED_CREDENTIAL_RULE });
   }
   return found;
 }

@@ -52,6 +52,11 @@ describe("secret filtering", () => {
     const secrets = await findSecrets("settings.py", text);
     expect(secrets.map((s) => s.rule)).toContain(NAMED_CREDENTIAL_RULE);
     expect(redact(text, secrets)).toBe(`API_TOKEN = "${REDACTED}"\n`);
+    // Unquoted, as in .env and YAML files.
+    const env = `export SERVICE_API_KEY=${token}\nservice:\n  auth_token: ${token}\n`;
+    expect(redact(env, await findSecrets(".env", env))).toBe(
+      `export SERVICE_API_KEY=${REDACTED}\nservice:\n  auth_token: ${REDACTED}\n`,
+    );
   });
 
   it("keeps identifiers with digits and base64 test data that no credential name holds", async () => {
