@@ -77,6 +77,7 @@ export async function searchSextant(
   query: string,
   topK: number,
 ): Promise<ScoredResult[]> {
-  const { hits } = await searchWorkspace(sextant, ws, query, { topK });
+  // The ranking as the edge made it: the eval scores retrieval, and its recorded figures predate collapsing.
+  const { hits } = await searchWorkspace(sextant, ws, query, { topK, collapse: false });
   return hits.map(({ path, startLine, endLine, score }) => ({ path, startLine, endLine, score }));
 }

@@ -368,7 +368,12 @@ function verifyUnchanged(
 const chunk = Buffer.allocUnsafe(64 * 1024);
 
 /** Reads through one descriptor; a file that changed while being read is hashed but not cached as clean. */
-export function hashFile(absolute: string, before: StatLike, secret: WorkspaceSecret, includeGenerated = false): Outcome {
+export function hashFile(
+  absolute: string,
+  before: StatLike,
+  secret: WorkspaceSecret,
+  includeGenerated = false,
+): Outcome {
   let fd: number;
   try {
     fd = openSync(absolute, "r");

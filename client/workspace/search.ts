@@ -5,6 +5,7 @@ import { chunkFile } from "../index/chunker.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { Sextant } from "../sdk/client.js";
 import type { OpenWorkspace } from "./session.js";
+import { collapseCopies, type Copy } from "./collapse.js";
 import { capSnippet, focusLine } from "./snippet.js";
 
 export interface LocalHit {
@@ -25,6 +26,8 @@ export interface LocalHit {
   snippetLine: number;
   /** The file changed since the chunk was indexed: the lines may no longer be what matched. */
   stale: boolean;
+  /** The same or nearly the same code elsewhere, collapsed into this hit (see collapseCopies). */
+  copies: Copy[];
 }
 
 export interface SearchOptions {
@@ -34,7 +37,12 @@ export interface SearchOptions {
   /** Only chunks of files in this language. */
   language?: Language;
   signal?: AbortSignal;
+  /** Collapse copies of the same code into one hit (default true); false returns the edge's ranking as is. */
+  collapse?: boolean;
 }
+
+/** The edge's most results per search (SearchRequest's topK). */
+const MAX_EDGE_TOP_K = 100;
 
 /**
  * Searches the edge, then does everything that needs the secret locally: decrypts paths, reads the
@@ -47,19 +55,22 @@ export async function searchWorkspace(
   options: SearchOptions = {},
 ): Promise<{ root: string; hits: LocalHit[] }> {
   const within = options.within?.replace(/^\.?\/+|\/+$/g, "");
+  const topK = options.topK ?? 10;
+  const collapse = options.collapse ?? true;
   const answer = await sextant.workspaces.search(
     ws.entry.workspaceId,
     {
       protocol: SYNC_PROTOCOL,
       query,
-      topK: options.topK ?? 10,
+      // Copies collapse into one hit, so ask for more than the page to fill it.
+      topK: collapse ? Math.min(MAX_EDGE_TOP_K, Math.max(2 * topK, topK + 10)) : topK,
       ...(within ? { pathPrefix: ws.secret.encryptPath(within) } : {}),
       ...(options.language ? { language: options.language } : {}),
     },
     { vectorKey: ws.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
   );
   const files = new Map<string, { text: string; lines: string[]; chunks?: Map<string, string> } | null>();
-  const hits: LocalHit[] = [];
+  const read: (Omit<LocalHit, "snippet" | "snippetLine" | "copies"> & { chunkId: string; text: string })[] = [];
   for (const hit of answer.results) {
     let path: string;
     try {
@@ -83,21 +94,32 @@ export async function searchWorkspace(
       // A chunk is not always whole lines (the chunker cuts a line longer than a chunk into pieces):
       // chunk the file again as the index did, and look for this chunk's id among its chunks.
       file.chunks ??= new Map(
-        (await chunkFile(path, file.text)).map((c) => [`${c.startLine}:${c.endLine}:${ws.secret.chunkId(c.text)}`, c.text]),
+        (await chunkFile(path, file.text)).map((c) => [
+          `${c.startLine}:${c.endLine}:${ws.secret.chunkId(c.text)}`,
+          c.text,
+        ]),
       );
       const same = file.chunks.get(`${hit.startLine}:${hit.endLine}:${hit.chunkId}`);
       if (same !== undefined) [text, fresh] = [same, true];
     }
-    const focus = focusLine(text, query);
-    hits.push({
+    read.push({
       path,
       startLine: hit.startLine,
       endLine: hit.endLine,
       score: hit.score,
-      snippet: capSnippet(text.split("\n").slice(focus).join("\n")),
-      snippetLine: hit.startLine + focus,
       stale: !fresh,
+      chunkId: hit.chunkId,
+      text,
     });
   }
+  const grouped = collapse ? collapseCopies(read) : read.map((hit) => ({ ...hit, copies: [] }));
+  const hits = grouped.slice(0, topK).map(({ chunkId: _, text, ...hit }): LocalHit => {
+    const focus = focusLine(text, query);
+    return {
+      ...hit,
+      snippet: capSnippet(text.split("\n").slice(focus).join("\n")),
+      snippetLine: hit.startLine + focus,
+    };
+  });
   return { root: answer.root, hits };
 }

@@ -41,5 +41,8 @@ export function focusLine(text: string, query: string): number {
     });
   }
   if (best >= 0) return best;
-  return Math.max(0, lines.findIndex((line) => DEFINITION.test(line)));
+  return Math.max(
+    0,
+    lines.findIndex((line) => DEFINITION.test(line)),
+  );
 }

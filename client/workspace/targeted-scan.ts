@@ -3,7 +3,15 @@ import { join } from "node:path";
 import { FileTableBuilder } from "./file-table.js";
 import { IgnoreStack } from "./ignore-rules.js";
 import { parentOf } from "../../protocol/merkle.js";
-import { fileSizeLimit, generatedByName, hashFile, kindOf, noSkips, type ScanResult, type SkippedFile } from "./scanner.js";
+import {
+  fileSizeLimit,
+  generatedByName,
+  hashFile,
+  kindOf,
+  noSkips,
+  type ScanResult,
+  type SkippedFile,
+} from "./scanner.js";
 import { encryptedSegmentLength, type WorkspaceSecret } from "./secret.js";
 import { MAX_DEPTH, MAX_PATH_LENGTH } from "../../protocol/sync.js";
 import type { WorkspaceState } from "./state.js";

@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { chunkFile } from "../../client/index/chunker.js";
 import { scanWorkspace } from "../../client/workspace/scanner.js";
-import { searchWorkspace } from "../../client/workspace/search.js";
+import { searchWorkspace, type SearchOptions } from "../../client/workspace/search.js";
 import { WorkspaceSecret } from "../../client/workspace/secret.js";
 import type { OpenWorkspace } from "../../client/workspace/session.js";
 import type { Sextant } from "../../client/sdk/client.js";
-import type { SearchHit } from "../../protocol/sync.js";
+import type { SearchHit, SearchRequest } from "../../protocol/sync.js";
 import { makeTree } from "../support/fixture.js";
 
 const secret = WorkspaceSecret.generate();
@@ -16,6 +16,7 @@ async function searchOver(
   indexed: Record<string, string>,
   pick: (path: string, i: number) => boolean,
   query = "query",
+  options: SearchOptions = {},
 ) {
   const results: SearchHit[] = [];
   for (const [path, text] of Object.entries(indexed)) {
@@ -31,9 +32,14 @@ async function searchOver(
       });
     });
   }
-  const sextant = { workspaces: { search: async () => ({ protocol: 2, root: "0".repeat(64), results }) } };
+  const search = async (_id: string, request: SearchRequest) => ({
+    protocol: 2,
+    root: "0".repeat(64),
+    results: results.slice(0, request.topK ?? 10),
+  });
+  const sextant = { workspaces: { search } };
   const ws = { entry: { root, workspaceId: "ws", baseURL: "http://edge" }, secret } as unknown as OpenWorkspace;
-  return (await searchWorkspace(sextant as unknown as Sextant, ws, query)).hits;
+  return (await searchWorkspace(sextant as unknown as Sextant, ws, query, options)).hits;
 }
 
 describe("search results read from disk", () => {
@@ -85,7 +91,9 @@ export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }):
   it("start at the line holding most of the query's words", async () => {
     const hit = await search("how is the workspace root resolved when following symlinks");
     expect(hit.snippetLine).toBe(13);
-    expect(hit.snippet.split("\n")[0]).toBe("export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }): string {");
+    expect(hit.snippet.split("\n")[0]).toBe(
+      "export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }): string {",
+    );
     const marker = await search("find the .git marker");
     expect(marker.snippet.split("\n")[0]).toBe('  return findMarker(real, ".git") ?? real;');
   });
@@ -142,5 +150,42 @@ describe("generated files", () => {
     });
     expect([...included.files.keys()].sort()).toEqual(Object.keys(files).sort());
     expect(included.skipped.generated).toBe(0);
+  });
+});
+
+describe("copies of the same code", () => {
+  const parse = `/** Parses a duration such as "1h 30m" into milliseconds. */
+function parseDuration(text, options) {
+  const units = { h: 3600000, m: 60000, s: 1000 };
+  let total = 0;
+  for (const [, amount, unit] of text.matchAll(/(\\d+)\\s*([hms])/g)) total += Number(amount) * units[unit];
+  if (options && options.strict && total === 0) throw new RangeError("no duration in " + text);
+  return total;
+}
+`;
+  const files = {
+    "node_modules/ms/dist/cjs/index.js": `${parse}exports.parseDuration = parseDuration;\n`,
+    "node_modules/ms/dist/esm/index.js": `${parse}export { parseDuration };\n`,
+    "node_modules/ms/dist/umd/index.js": parse.replace(/\n {2}/g, "\n    "),
+    "node_modules/ms/src/index.js": parse,
+    "src/timer.js": "export function startTimer(label) {\n  return { label, started: Date.now() };\n}\n",
+  };
+  const search = async (options: SearchOptions) =>
+    searchOver(makeTree(files), files, () => true, "parse a duration", options);
+
+  it("collapse into the best-ranked hit, naming the others, and still fill the page", async () => {
+    const hits = await search({ topK: 2 });
+    expect(hits.map((h) => h.path)).toEqual(["node_modules/ms/dist/cjs/index.js", "src/timer.js"]);
+    expect(hits[0]!.copies.map((c) => c.path)).toEqual([
+      "node_modules/ms/dist/esm/index.js",
+      "node_modules/ms/dist/umd/index.js",
+      "node_modules/ms/src/index.js",
+    ]);
+    expect(hits[1]!.copies).toEqual([]);
+  });
+
+  it("are all returned when collapsing is turned off", async () => {
+    const hits = await search({ topK: 5, collapse: false });
+    expect(hits.map((h) => h.path)).toEqual(Object.keys(files));
   });
 });

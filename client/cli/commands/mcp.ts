@@ -8,6 +8,7 @@ import { MAX_QUERY_CHARS } from "../../../protocol/sync.js";
 import { VERSION } from "../../../protocol/version.js";
 import { APIConnectionError, APIError, NotFoundError } from "../../sdk/errors.js";
 import type { Sextant } from "../../sdk/client.js";
+import { copiesLine } from "../../workspace/collapse.js";
 import { searchWorkspace, type LocalHit } from "../../workspace/search.js";
 import { openWorkspace, WorkspaceNotIndexedError, type OpenWorkspace } from "../../workspace/session.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
@@ -45,6 +46,9 @@ const SearchOutput = {
           "The lines as they are on disk now, secrets removed, from the one that matches the query best; at most 20 lines and 2,000 characters.",
         ),
       snippetLine: z.number().int().describe("The line the snippet starts at."),
+      copies: z
+        .array(z.object({ path: z.string(), startLine: z.number().int(), endLine: z.number().int() }))
+        .describe("The same or nearly the same code elsewhere (build outputs, vendored copies), folded into this hit."),
       stale: z.boolean().describe("The file changed since it was indexed: the lines may no longer be what matched."),
     }),
   ),
@@ -104,7 +108,8 @@ function render(root: string, hits: LocalHit[], within: string | undefined): str
   const blocks = hits.map((hit) => {
     const flag = hit.stale ? "  (changed since indexed)" : "";
     const from = hit.snippetLine > hit.startLine ? `  (shown from line ${hit.snippetLine})` : "";
-    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}${from}`;
+    const copies = hit.copies.length > 0 ? `\n(${copiesLine(hit.copies)})` : "";
+    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}${from}${copies}`;
     return hit.snippet === "" ? `${head}\n(these lines are no longer in the file)` : `${head}\n${fenced(hit.snippet)}`;
   });
   const count = `${hits.length} result${hits.length === 1 ? "" : "s"}`;

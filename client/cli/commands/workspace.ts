@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import { Language, LANGUAGE_CODES, MAX_FILE_BYTES } from "../../../protocol/sync.js";
 import type { IndexReport } from "../../workspace/session.js";
 import type { SkippedFile, SkipReason } from "../../workspace/scanner.js";
+import { copiesLine } from "../../workspace/collapse.js";
 import { searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
@@ -129,6 +130,7 @@ export function workspaceCommands(program: Command): void {
         for (const hit of hits) {
           const flag = hit.stale ? "  (changed since indexed)" : "";
           process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
+          if (hit.copies.length > 0) process.stdout.write(`    (${copiesLine(hit.copies)})\n`);
           // The snippet starts where the query matched: say that the chunk's first lines were passed over.
           const lines = hit.snippet.split("\n").slice(0, 6);
           if (hit.snippetLine > hit.startLine) process.stdout.write(`    … (from line ${hit.snippetLine})\n`);
