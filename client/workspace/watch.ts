@@ -13,6 +13,8 @@ export interface WatchOptions {
   onError?: (error: unknown, retryInMs: number) => void;
   onReady?: () => void;
   signal?: AbortSignal;
+  /** Index generated files too, as `sextant index --include-generated` does. */
+  includeGenerated?: boolean;
 }
 
 const NEVER_WATCHED = /(^|\/)(\.git|node_modules)(\/|$)/;
@@ -55,6 +57,7 @@ export async function watchWorkspace(sextant: Sextant, ws: OpenWorkspace, option
       const report = await indexWorkspace(sextant, ws, {
         state,
         ...(paths ? { paths } : {}),
+        ...(options.includeGenerated ? { includeGenerated: true } : {}),
         ...(options.signal ? { signal: options.signal } : {}),
       });
       failures = 0;

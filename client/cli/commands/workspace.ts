@@ -144,14 +144,19 @@ export function workspaceCommands(program: Command): void {
     .command("status")
     .description("Compare a directory with what the edge has indexed")
     .argument("[dir]", "the workspace root or a directory inside it", ".")
-    .action(async (dir: string, _opts, cmd: Command) => {
+    .option("--include-generated", "count generated files in, as index --include-generated does")
+    .action(async (dir: string, opts: { includeGenerated?: boolean }, cmd: Command) => {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const { sextant } = await client(options);
       const ws = await openWorkspace(sextant, dir);
       const remote = await sextant.workspaces.get(ws.entry.workspaceId);
       StatPrefetch.prepare();
       const state = await loadState(ws.stateKey);
-      const { scan, tree, changed } = await scanLocal(ws, state);
+      const { scan, tree, changed } = await scanLocal(
+        ws,
+        state,
+        opts.includeGenerated ? { includeGenerated: true } : {},
+      );
       if (changed) await saveState(ws.stateKey, state);
       let pending: { added: number; changed: number; deleted: number } | null = null;
       if (state.syncedRoot === remote.tree.root) {
@@ -193,30 +198,37 @@ export function workspaceCommands(program: Command): void {
     .argument("[dir]", "the workspace root", ".")
     .option("--debounce <ms>", "quiet time before a sync", "200")
     .option("--reconcile <seconds>", "full reconcile interval", "600")
-    .action(async (dir: string, opts: { debounce: string; reconcile: string }, cmd: Command) => {
-      const options = cmd.optsWithGlobals<GlobalOptions>();
-      const { sextant } = await client(options);
-      const ws = await openWorkspace(sextant, dir, { create: true });
-      const controller = new AbortController();
-      for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => controller.abort());
-      const log = (event: object, human: string) =>
-        process.stdout.write(
-          options.json ? JSON.stringify({ time: new Date().toISOString(), ...event }) + "\n" : `${human}\n`,
-        );
-      await watchWorkspace(sextant, ws, {
-        debounceMs: Number(opts.debounce),
-        reconcileMs: Number(opts.reconcile) * 1000,
-        signal: controller.signal,
-        onReady: () => log({ event: "ready", root: ws.entry.root }, `Watching ${ws.entry.root} (Ctrl-C to stop)`),
-        onSync: (report, reason) =>
-          log({ event: "sync", reason, report }, `[${new Date().toLocaleTimeString()}] ${reason}: ${summary(report)}`),
-        onError: (error, retryInMs) =>
-          log(
-            { event: "error", message: String(error instanceof Error ? error.message : error), retryInMs },
-            `[${new Date().toLocaleTimeString()}] sync failed: ${error instanceof Error ? error.message : String(error)}; retrying in ${Math.round(retryInMs / 1000)} s`,
-          ),
-      });
-    });
+    .option("--include-generated", "index source maps, minified bundles and files of overlong lines too")
+    .action(
+      async (dir: string, opts: { debounce: string; reconcile: string; includeGenerated?: boolean }, cmd: Command) => {
+        const options = cmd.optsWithGlobals<GlobalOptions>();
+        const { sextant } = await client(options);
+        const ws = await openWorkspace(sextant, dir, { create: true });
+        const controller = new AbortController();
+        for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => controller.abort());
+        const log = (event: object, human: string) =>
+          process.stdout.write(
+            options.json ? JSON.stringify({ time: new Date().toISOString(), ...event }) + "\n" : `${human}\n`,
+          );
+        await watchWorkspace(sextant, ws, {
+          debounceMs: Number(opts.debounce),
+          reconcileMs: Number(opts.reconcile) * 1000,
+          ...(opts.includeGenerated ? { includeGenerated: true } : {}),
+          signal: controller.signal,
+          onReady: () => log({ event: "ready", root: ws.entry.root }, `Watching ${ws.entry.root} (Ctrl-C to stop)`),
+          onSync: (report, reason) =>
+            log(
+              { event: "sync", reason, report },
+              `[${new Date().toLocaleTimeString()}] ${reason}: ${summary(report)}`,
+            ),
+          onError: (error, retryInMs) =>
+            log(
+              { event: "error", message: String(error instanceof Error ? error.message : error), retryInMs },
+              `[${new Date().toLocaleTimeString()}] sync failed: ${error instanceof Error ? error.message : String(error)}; retrying in ${Math.round(retryInMs / 1000)} s`,
+            ),
+        });
+      },
+    );
 
   const workspace = program.command("workspace").description("Manage workspaces");
   workspace

@@ -1,0 +1,66 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTree } from "../support/fixture.js";
+import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+
+const LICENCE = Array.from({ length: 8 }, (_, i) => `// Licensed under the terms of clause ${i + 1}.`).join("\n");
+const DURATION = `${LICENCE}
+function parseDuration(text, options) {
+  const units = { h: 3600000, m: 60000, s: 1000 };
+  let total = 0;
+  for (const [, amount, unit] of text.matchAll(/(\\d+)\\s*([hms])/g)) total += Number(amount) * units[unit];
+  if (options && options.strict && total === 0) throw new RangeError("no duration in " + text);
+  return total;
+}
+`;
+
+/** `sextant search` and `index` as a person reads them: generated files skipped, copies folded, the matching line shown. */
+describe("sextant search, human output", () => {
+  let edge: LocalEdge;
+  let cli: (args: string[]) => ReturnType<typeof sextant>;
+  let dir: string;
+
+  beforeAll(async () => {
+    edge = await startLocalEdge();
+    const env = {
+      SEXTANT_CONFIG_DIR: edge.configDir,
+      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+    };
+    cli = (args) => sextant(args, env);
+    dir = makeTree({
+      "src/duration.js": DURATION,
+      "lib/cjs/duration.js": `${DURATION}module.exports = { parseDuration };\n`,
+      "lib/duration.js.map": JSON.stringify({ version: 3, mappings: "AAAA,".repeat(10_000) }),
+      "src/timer.js": "export function startTimer(label) {\n  return { label, started: Date.now() };\n}\n",
+    });
+  });
+  afterAll(async () => {
+    await edge?.stop();
+  });
+
+  it("skips a source map as generated, and indexes it when asked", () => {
+    const run = cli(["index", dir]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain("skipped lib/duration.js.map: generated");
+    const included = cli(["--json", "index", dir, "--include-generated"]);
+    expect(included.code, included.stderr).toBe(0);
+    expect(JSON.parse(included.stdout)).toMatchObject({ files: 4, skipped: { generated: 0 } });
+    const status = cli(["--json", "status", dir, "--include-generated"]);
+    expect(JSON.parse(status.stdout)).toMatchObject({ inSync: true });
+    const back = cli(["--json", "index", dir]);
+    expect(JSON.parse(back.stdout)).toMatchObject({ files: 3, skipped: { generated: 1 } });
+  });
+
+  it("folds a copy into one result and shows the line that matched", () => {
+    const run = cli(["search", "parse a duration", dir, "-k", "2"]);
+    expect(run.code, run.stderr).toBe(0);
+    const [first, second] = run.stdout.trim().split("\n\n");
+    expect(first).toMatch(/^(src|lib\/cjs)\/duration\.js:1-\d+ {2}/);
+    expect(first).toMatch(/\n {4}\(also in 1 file: (lib\/cjs|src)\/duration\.js\)\n/);
+    expect(first).toContain("\n    … (from line 9)\n    function parseDuration(text, options) {\n");
+    expect(first).not.toContain("Licensed");
+    expect(second).toMatch(/^src\/timer\.js:/);
+  });
+});
