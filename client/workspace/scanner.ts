@@ -149,7 +149,12 @@ export async function scanWorkspace(
   };
   const toHash: { path: string; absolute: string; stats: StatLike }[] = [];
   const ruleHash = createHash("sha256");
-  const log: RuleLog = (source, text) => ruleHash.update(`${source}\0${text}\0`);
+  // The fingerprint under the other generated setting: it tells a change of that setting alone.
+  const toggled = createHash("sha256");
+  const log: RuleLog = (source, text) => {
+    ruleHash.update(`${source}\0${text}\0`);
+    toggled.update(`${source}\0${text}\0`);
+  };
   let found = 0;
   let relisted = 0;
 
@@ -299,12 +304,17 @@ export async function scanWorkspace(
     options.onProgress?.({ phase: "scan", done: found });
   };
   // Part of the fingerprint, so that changing it reruns the scan instead of trusting the last one.
-  log("generated", options.includeGenerated ? "include" : "skip");
+  ruleHash.update(`generated\0${options.includeGenerated ? "include" : "skip"}\0`);
+  toggled.update(`generated\0${options.includeGenerated ? "skip" : "include"}\0`);
   walk("", resolve(root), IgnoreStack.forRoot(root, { ...options, log }), 0, 0);
   const rules = ruleHash.digest("hex");
   if (trust && rules !== options.previousRules) {
     // The ignore rules changed: what was included before proves nothing now.
-    return scanWorkspace(root, secret, { ...options, previousRules: undefined });
+    // Generated files were included and no longer are: one found by its content may be among the files
+    // a stat would vouch for, so every file is read again.
+    const { previous: _, ...rest } = options;
+    const reread = !options.includeGenerated && toggled.digest("hex") === options.previousRules;
+    return scanWorkspace(root, secret, { ...(reread ? rest : options), previousRules: undefined });
   }
 
   let hashed = 0;

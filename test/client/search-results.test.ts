@@ -6,7 +6,7 @@ import { WorkspaceSecret } from "../../client/workspace/secret.js";
 import type { OpenWorkspace } from "../../client/workspace/session.js";
 import type { Sextant } from "../../client/sdk/client.js";
 import type { SearchHit, SearchRequest } from "../../protocol/sync.js";
-import { makeTree } from "../support/fixture.js";
+import { backdate, makeTree } from "../support/fixture.js";
 
 const secret = WorkspaceSecret.generate();
 
@@ -137,6 +137,8 @@ describe("generated files", () => {
 
   it("are indexed with includeGenerated, and a warm scan follows the option when it changes", async () => {
     const root = makeTree(files);
+    // Outside the racy window, so that a warm scan trusts what stat says.
+    backdate(root, Object.keys(files));
     const first = await scanWorkspace(root, secret, gitOnly);
     const included = await scanWorkspace(root, secret, {
       ...gitOnly,
@@ -150,6 +152,18 @@ describe("generated files", () => {
     });
     expect([...included.files.keys()].sort()).toEqual(Object.keys(files).sort());
     expect(included.skipped.generated).toBe(0);
+    // Back to the default: the bundle found by its content goes, though its stat vouches for it.
+    const skipped = await scanWorkspace(root, secret, {
+      ...gitOnly,
+      previous: included.files,
+      previousDirs: included.dirs,
+      previousStartedAt: included.startedAt,
+      previousRules: included.rules,
+      previousSkipped: included.skipped,
+      previousSkippedFiles: included.skippedFiles,
+    });
+    expect([...skipped.files.keys()]).toEqual(["src/app.ts"]);
+    expect(skipped.skipped.generated).toBe(4);
   });
 });
 
