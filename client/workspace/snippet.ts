@@ -19,7 +19,7 @@ export function capSnippet(text: string): string {
 
 /** A line that declares something, in the languages the chunker knows: what a reader looks for first. */
 const DEFINITION =
-  /^\s*(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?(?:async\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:function\b|class\b|const\b|let\b|var\b|def\b|fn\b|func\b|interface\b|type\b|struct\b|enum\b|trait\b|impl\b|module\b|namespace\b)/;
+  /^\s*(?:(?:export|default|declare|abstract|async|public|private|protected|static|final|pub(?:\([^)]*\))?)\s+)*(?:function\b|class\b|const\b|let\b|var\b|def\b|fn\b|func\b|interface\b|type\b|struct\b|enum\b|trait\b|impl\b|module\b|namespace\b)/;
 
 const tokenizer = new Tokenizer();
 
