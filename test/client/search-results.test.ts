@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { chunkFile } from "../../client/index/chunker.js";
 import { scanWorkspace } from "../../client/workspace/scanner.js";
 import { searchWorkspace, type SearchOptions } from "../../client/workspace/search.js";
+import { focusLine } from "../../client/workspace/snippet.js";
 import { WorkspaceSecret } from "../../client/workspace/secret.js";
 import type { OpenWorkspace } from "../../client/workspace/session.js";
 import type { Sextant } from "../../client/sdk/client.js";
@@ -102,6 +103,15 @@ export function resolveWorkspaceRoot(dir: string, options: { follow: boolean }):
     const hit = await search("zebra");
     expect(hit.snippetLine).toBe(13);
     expect(hit.snippet.startsWith("export function resolveWorkspaceRoot(")).toBe(true);
+  });
+
+  it("know a definition behind any run of modifiers", () => {
+    for (const line of [
+      "public static final class Orbit {",
+      "pub(crate) fn orbit() {",
+      "export default async function orbit() {",
+    ])
+      expect(focusLine(`/**\n * @param x the x\n */\n${line}`, "zebra"), line).toBe(3);
   });
 
   it("start at the chunk's first line when it has neither", async () => {
