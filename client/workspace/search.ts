@@ -69,7 +69,10 @@ export async function searchWorkspace(
     },
     { vectorKey: ws.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
   );
-  const files = new Map<string, { text: string; lines: string[]; chunks?: Map<string, string> } | null>();
+  const files = new Map<
+    string,
+    { text: string; lines: string[]; raw: string[]; chunks?: Map<string, string> } | null
+  >();
   const read: (Omit<LocalHit, "snippet" | "snippetLine" | "copies"> & { chunkId: string; text: string })[] = [];
   for (const hit of answer.results) {
     let path: string;
@@ -82,7 +85,7 @@ export async function searchWorkspace(
       try {
         const raw = await readFile(join(ws.entry.root, path), "utf8");
         const text = redact(raw, await findSecrets(path, raw));
-        files.set(path, { text, lines: text.split("\n") });
+        files.set(path, { text, lines: text.split("\n"), raw: raw.split("\n") });
       } catch {
         files.set(path, null);
       }
@@ -90,6 +93,9 @@ export async function searchWorkspace(
     const file = files.get(path);
     let text = file ? file.lines.slice(hit.startLine - 1, hit.endLine).join("\n") : "";
     let fresh = file !== null && ws.secret.chunkId(text) === hit.chunkId;
+    // The id is checked on what was uploaded (secrets removed); the user is shown their own file as it
+    // is. Redaction keeps lines where they are, so whole lines map back to the file's own.
+    const shown = file && fresh ? file.raw.slice(hit.startLine - 1, hit.endLine).join("\n") : undefined;
     if (file && !fresh) {
       // A chunk is not always whole lines (the chunker cuts a line longer than a chunk into pieces):
       // chunk the file again as the index did, and look for this chunk's id among its chunks.
@@ -109,7 +115,7 @@ export async function searchWorkspace(
       score: hit.score,
       stale: !fresh,
       chunkId: hit.chunkId,
-      text,
+      text: shown ?? text,
     });
   }
   const grouped = collapse ? collapseCopies(read) : read.map((hit) => ({ ...hit, copies: [] }));

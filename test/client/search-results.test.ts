@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { chunkFile } from "../../client/index/chunker.js";
+import { findSecrets, redact } from "../../client/index/secrets.js";
 import { scanWorkspace } from "../../client/workspace/scanner.js";
 import { searchWorkspace, type SearchOptions } from "../../client/workspace/search.js";
 import { focusLine } from "../../client/workspace/snippet.js";
@@ -52,6 +53,17 @@ describe("search results read from disk", () => {
     expect(hits[0]!.stale).toBe(false);
     expect(hits[0]!.snippet.length).toBeLessThanOrEqual(2002);
     expect(hits[0]!.snippet.endsWith("\n…")).toBe(true);
+  });
+
+  it("shows the file as it is on disk, though the index holds it with its secrets removed", async () => {
+    const raw =
+      'export function connect() {\n  return open("postgres://admin:Zq8vN2xL4pR7@db.internal:5432/app");\n}\n';
+    const uploaded = redact(raw, await findSecrets("db.ts", raw));
+    expect(uploaded).not.toContain("Zq8vN2xL4pR7");
+    const root = makeTree({ "db.ts": raw });
+    const [hit] = await searchOver(root, { "db.ts": uploaded }, () => true);
+    expect(hit!.stale).toBe(false);
+    expect(hit!.snippet).toContain('open("postgres://admin:Zq8vN2xL4pR7@db.internal:5432/app");');
   });
 
   it("still marks a chunk stale when its file changed", async () => {
