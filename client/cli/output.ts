@@ -10,6 +10,7 @@ import {
 import { UsageError } from "./context.js";
 import { WorkspaceNotIndexedError } from "../workspace/session.js";
 import { NotADirectoryError } from "../workspace/registry.js";
+import { OutsideWorkspaceError } from "../workspace/search.js";
 
 /** Exit codes, stable so that scripts can branch on them. */
 export const EXIT = {
@@ -25,6 +26,7 @@ export const EXIT = {
 const EXIT_BY_ERROR: [new (...args: never[]) => Error, number][] = [
   [UsageError, EXIT.usage],
   [NotADirectoryError, EXIT.usage],
+  [OutsideWorkspaceError, EXIT.usage],
   [WorkspaceNotIndexedError, EXIT.notFound],
   [BadRequestError, EXIT.usage],
   [AuthenticationError, EXIT.auth],

@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { SYNC_PROTOCOL, type Language } from "../../protocol/sync.js";
 import { chunkFile } from "../index/chunker.js";
 import { findSecrets, redact } from "../index/secrets.js";
@@ -7,6 +7,25 @@ import type { Sextant } from "../sdk/client.js";
 import type { OpenWorkspace } from "./session.js";
 import { collapseCopies, type Copy } from "./collapse.js";
 import { capSnippet, focusLine } from "./snippet.js";
+
+/** A search scope outside the workspace: nothing in the index could answer it. */
+export class OutsideWorkspaceError extends Error {
+  override name = "OutsideWorkspaceError";
+}
+
+/**
+ * `path` (relative to `base`, or absolute) as the workspace-relative directory a search is scoped
+ * to; `undefined` for the whole workspace. A path outside the root is an error, never a search that
+ * silently finds nothing.
+ */
+export function scopeWithin(root: string, path: string | undefined, base = root): string | undefined {
+  if (path === undefined) return undefined;
+  const rel = relative(root, resolve(base, path));
+  if (rel === "") return undefined;
+  if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel))
+    throw new OutsideWorkspaceError(`${path} is outside the workspace root ${root}.`);
+  return rel.split(sep).join("/");
+}
 
 export interface LocalHit {
   /** The real, workspace-relative path. */

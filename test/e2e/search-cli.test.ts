@@ -63,4 +63,20 @@ describe("sextant search, human output", () => {
     expect(first).not.toContain("Licensed");
     expect(second).toMatch(/^src\/timer\.js:/);
   });
+
+  it("searches below the directory it is run on, and refuses a --within outside the workspace", () => {
+    const below = cli(["--json", "search", "parse a duration", join(dir, "src"), "-k", "5"]);
+    expect(below.code, below.stderr).toBe(0);
+    const paths = (JSON.parse(below.stdout) as { path: string }[]).map((h) => h.path);
+    expect(paths.length).toBeGreaterThan(0);
+    expect(paths.every((p) => p.startsWith("src/"))).toBe(true);
+    const absolute = cli(["--json", "search", "parse a duration", dir, "--within", join(dir, "lib")]);
+    expect(absolute.code, absolute.stderr).toBe(0);
+    expect((JSON.parse(absolute.stdout) as { path: string }[]).every((h) => h.path.startsWith("lib/"))).toBe(true);
+    for (const outside of ["../..", "/etc"]) {
+      const refused = cli(["search", "parse a duration", dir, "--within", outside]);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain("is outside the workspace root");
+    }
+  });
 });

@@ -9,7 +9,7 @@ import { VERSION } from "../../../protocol/version.js";
 import { APIConnectionError, APIError, NotFoundError } from "../../sdk/errors.js";
 import type { Sextant } from "../../sdk/client.js";
 import { copiesLine } from "../../workspace/collapse.js";
-import { searchWorkspace, type LocalHit } from "../../workspace/search.js";
+import { OutsideWorkspaceError, scopeWithin, searchWorkspace, type LocalHit } from "../../workspace/search.js";
 import { openWorkspace, WorkspaceNotIndexedError, type OpenWorkspace } from "../../workspace/session.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 
@@ -87,12 +87,13 @@ function explain(err: unknown, target: Target | undefined): string {
 
 /** `path` as the workspace-relative directory `searchWorkspace` takes; absolute paths inside the root are accepted. */
 function withinRoot(root: string, path: string | undefined): string | undefined {
-  if (path === undefined) return undefined;
-  const rel = relative(root, resolve(root, path));
-  if (rel === "") return undefined;
-  if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel))
-    throw new UsageError(`path "${path}" is outside the workspace root ${root}.`);
-  return rel.split(sep).join("/");
+  try {
+    return scopeWithin(root, path);
+  } catch (err) {
+    if (err instanceof OutsideWorkspaceError)
+      throw new UsageError(`path "${path}" is outside the workspace root ${root}.`);
+    throw err;
+  }
 }
 
 /** A fence longer than any run of backticks in the snippet, so code containing ``` cannot break out of it. */

@@ -4,7 +4,7 @@ import { Language, LANGUAGE_CODES, MAX_FILE_BYTES } from "../../../protocol/sync
 import type { IndexReport } from "../../workspace/session.js";
 import type { SkippedFile, SkipReason } from "../../workspace/scanner.js";
 import { copiesLine } from "../../workspace/collapse.js";
-import { searchWorkspace } from "../../workspace/search.js";
+import { scopeWithin, searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
 import { pendingChanges } from "../../workspace/sync.js";
@@ -108,7 +108,10 @@ export function workspaceCommands(program: Command): void {
     .argument("<query>", "what you are looking for")
     .argument("[dir]", "the workspace root or a directory inside it", ".")
     .option("-k, --top-k <n>", "how many results", "10")
-    .option("--within <subdir>", "only files below this workspace-relative directory")
+    .option(
+      "--within <dir>",
+      "only files below this directory (relative to the workspace root, or absolute); default: [dir] when it is below the root",
+    )
     .option("--lang <language>", `only files in this language (${LANGUAGE_CODES.join(", ")})`)
     .action(
       async (query: string, dir: string, opts: { topK: string; within?: string; lang?: string }, cmd: Command) => {
@@ -120,13 +123,19 @@ export function workspaceCommands(program: Command): void {
           throw new UsageError(`--lang must be one of ${LANGUAGE_CODES.join(", ")}.`);
         const { sextant } = await client(options);
         const ws = await openWorkspace(sextant, dir);
+        // Searching from a directory below the root searches below it, as `git grep` does.
+        const within =
+          opts.within !== undefined
+            ? scopeWithin(ws.entry.root, opts.within)
+            : scopeWithin(ws.entry.root, canonicalRoot(dir));
         const { hits } = await searchWorkspace(sextant, ws, query, {
           topK,
-          ...(opts.within ? { within: opts.within } : {}),
+          ...(within ? { within } : {}),
           ...(language ? { language } : {}),
         });
         if (options.json) return printJson(hits);
-        if (hits.length === 0) return void process.stdout.write("No results.\n");
+        if (hits.length === 0)
+          return void process.stdout.write(within ? `No results below ${within}/.\n` : "No results.\n");
         for (const hit of hits) {
           const flag = hit.stale ? "  (changed since indexed)" : "";
           process.stdout.write(`${hit.path}:${hit.startLine}-${hit.endLine}  ${hit.score.toFixed(3)}${flag}\n`);
