@@ -3,7 +3,7 @@ import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, symlinkSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
 
 /** Permissions do not stop root: the unreadable file is only part of the corpus for an ordinary user. */
 const CAN_LOCK = process.getuid?.() !== 0;
@@ -73,12 +73,7 @@ describe("indexing a corpus of hostile names and file kinds", () => {
   let cli: (args: string[]) => ReturnType<typeof sextant>;
 
   beforeAll(async () => {
-    edge = await startLocalEdge();
-    const env = {
-      SEXTANT_CONFIG_DIR: edge.configDir,
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-    };
-    cli = (args) => sextant(args, env);
+    ({ edge, cli } = await startEdgeWithCli());
   });
   afterAll(async () => {
     await edge?.stop();

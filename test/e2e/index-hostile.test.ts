@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Sextant } from "../../client/sdk/client.js";
 import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { makeTree } from "../support/fixture.js";
-import { savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { savedLocalEdge, sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
 
 /** `sextant index` on trees with files a sync cannot carry: each is skipped and named, never fatal. */
 describe("indexing hostile trees", () => {
@@ -16,12 +16,7 @@ describe("indexing hostile trees", () => {
     (JSON.parse(cli(["--json", "workspace", "list"]).stdout) as { id: string }[]).map((w) => w.id).sort();
 
   beforeAll(async () => {
-    edge = await startLocalEdge();
-    env = {
-      SEXTANT_CONFIG_DIR: edge.configDir,
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-    };
-    cli = (args) => sextant(args, env);
+    ({ edge, env, cli } = await startEdgeWithCli());
   });
   afterAll(async () => {
     await edge?.stop();

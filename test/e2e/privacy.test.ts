@@ -1,9 +1,8 @@
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, rmSync } from "node:fs";
 import { basename, extname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTree } from "../support/fixture.js";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
 /** A small repository whose every line, identifier and file name is distinctive. */
@@ -73,12 +72,7 @@ describe("no code at rest", () => {
   let cli: (args: string[]) => ReturnType<typeof sextant>;
 
   beforeAll(async () => {
-    edge = await startLocalEdge();
-    const env = {
-      SEXTANT_CONFIG_DIR: edge.configDir,
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-    };
-    cli = (args) => sextant(args, env);
+    ({ edge, cli } = await startEdgeWithCli());
   });
   afterAll(async () => {
     await edge?.stop();

@@ -1,9 +1,7 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTree } from "../support/fixture.js";
-import { sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
 
 const LICENCE = Array.from({ length: 8 }, (_, i) => `// Licensed under the terms of clause ${i + 1}.`).join("\n");
 const DURATION = `${LICENCE}
@@ -23,12 +21,7 @@ describe("sextant search, human output", () => {
   let dir: string;
 
   beforeAll(async () => {
-    edge = await startLocalEdge();
-    const env = {
-      SEXTANT_CONFIG_DIR: edge.configDir,
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-    };
-    cli = (args) => sextant(args, env);
+    ({ edge, cli } = await startEdgeWithCli());
     dir = makeTree({
       "src/duration.js": DURATION,
       "lib/cjs/duration.js": `${DURATION}module.exports = { parseDuration };\n`,

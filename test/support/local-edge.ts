@@ -277,3 +277,14 @@ export function sextant(args: string[], env: Record<string, string> = {}): CliRe
   });
   return { code: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
 }
+
+/** A local edge and the real CLI pointed at it, with config and cache directories of its own. */
+export async function startEdgeWithCli(): Promise<{
+  edge: LocalEdge;
+  env: Record<string, string>;
+  cli: (args: string[]) => CliResult;
+}> {
+  const edge = await startLocalEdge();
+  const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
+  return { edge, env, cli: (args) => sextant(args, env) };
+}
