@@ -22,13 +22,20 @@ export const EVAL_PACKAGES: readonly EvalPackage[] = [
 ];
 
 /**
- * Kept out of every run: independent checks of the search use these packages, so the eval (and
- * anything tuned on it) must never see them.
+ * `../shared/HELD-OUT.md`'s npm list, as a package name or as a folder anywhere in a path (a
+ * vendored copy): independent checks of the search use these packages, so no eval, fixture or
+ * tuning may see them.
  */
-const HELD_OUT = /^(lodash|date-fns)([.\-/]|$)|^@date-fns\//;
+const HELD_OUT =
+  /(^|\/)(lodash|lodash-es|lodash\.[^/]+|@types\/lodash[^/]*|underscore|date-fns|date-fns-[^/]+|@date-fns\/[^/]+|@tiptap\/[^/]+|prosemirror-[^/]+|ramda|@types\/ramda|rambda|rxjs|async|neo-async|es-toolkit|remeda|radash)(\/|$)/;
 
-export function isHeldOut(name: string): boolean {
-  return HELD_OUT.test(name);
+export function isHeldOut(nameOrPath: string): boolean {
+  return HELD_OUT.test(nameOrPath);
+}
+
+/** The search eval may run on a package: never a held-out one, but for its own three (ramda, rxjs, async). */
+export function mayEvaluate(name: string): boolean {
+  return EVAL_PACKAGES.some((p) => p.name === name) || !isHeldOut(name);
 }
 
 /** Builds, bundles and vendored code left out when a package without a pinned layout is evaluated. */

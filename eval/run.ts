@@ -14,7 +14,7 @@ import { startEdge } from "./edge.js";
 import { evaluateCodebase, TOP_K, type CodebaseReport } from "./evaluate.js";
 import { extractTarball, fetchTarball } from "./fetch.js";
 import { score } from "./metrics.js";
-import { EVAL_PACKAGES, guessLayout, isHeldOut, parseSpec, type EvalPackage } from "./packages.js";
+import { EVAL_PACKAGES, guessLayout, mayEvaluate, parseSpec, type EvalPackage } from "./packages.js";
 import { formatTable, mrrRatio, type CodebaseResult } from "./report.js";
 import { listFiles, type Layout } from "./select.js";
 
@@ -72,7 +72,7 @@ function codebases(): Codebase[] {
   if (args.packages === undefined) return local.length > 0 ? local : EVAL_PACKAGES.map(fromRegistry);
   const packages = args.packages.split(",").map((spec) => {
     const { name, version } = parseSpec(spec.trim());
-    if (isHeldOut(name)) throw new Error(`${name} is held out for independent checks and never evaluated here.`);
+    if (!mayEvaluate(name)) throw new Error(`${name} is held out for independent checks and never evaluated here.`);
     const pinned = EVAL_PACKAGES.find((p) => p.name === name && p.version === version);
     return fromRegistry(pinned ?? { name, version });
   });

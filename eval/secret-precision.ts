@@ -13,6 +13,7 @@ import { lintSource } from "@secretlint/core";
 import { creator as recommended } from "@secretlint/secretlint-rule-preset-recommend";
 import { findSecrets, type Redaction } from "../client/index/secrets.js";
 import { extractTarball, fetchTarball } from "./fetch.js";
+import { isHeldOut } from "./packages.js";
 
 export interface PinnedPackage {
   name: string;
@@ -46,14 +47,6 @@ export const SECRET_CORPUS: readonly PinnedPackage[] = [
   { name: "zod-to-json-schema", version: "3.25.2" },
   { name: "@types/node", version: "20.19.43" },
 ];
-
-/** HELD-OUT.md's npm list, as package names or as a folder anywhere in a path (a vendored copy). */
-const HELD_OUT =
-  /(^|\/)(lodash|lodash-es|lodash\.[^/]+|@types\/lodash[^/]*|underscore|date-fns|date-fns-[^/]+|@date-fns\/[^/]+|@tiptap\/[^/]+|prosemirror-[^/]+|ramda|@types\/ramda|rambda|rxjs|async|neo-async|es-toolkit|remeda|radash)(\/|$)/;
-
-export function isHeldOut(nameOrPath: string): boolean {
-  return HELD_OUT.test(nameOrPath);
-}
 
 /** What the client indexes as text in a package: code, declarations, docs and data; not source maps. */
 const SOURCE = /\.(m|c)?(j|t)sx?$|\.(json|md|ya?ml)$/;
