@@ -11,7 +11,7 @@ import { keyCache } from "../auth/authenticate.js";
 import { recordThrottle } from "../db/abuse.js";
 import { database } from "../db/client.js";
 import { ApiError } from "../problem.js";
-import { IsolateLimiter, rateLimitHeaders, type Decision } from "./limiter.js";
+import { IsolateLimiter, rateLimitHeaders, type Check, type Decision } from "./limiter.js";
 import { cachedLimitsFor, ipPrefix, limitsFor, loadLimits } from "./policy.js";
 
 let limiter: IsolateLimiter | undefined;
@@ -110,32 +110,39 @@ export async function enforceLimits(
     prefixThrottled: prefix !== undefined && isolate.throttleOf(`ip:${prefix}`) !== null,
   });
   if (prefix) noteFreeTraffic(c, prefix);
-  const tokens = new Set(plan.tokens);
+  // The tokens checks cost the request's reservation (at most the whole limit), settled after it.
+  const reserved: Check[] = [];
   const checks =
-    tokens.size === 0
+    plan.tokens.length === 0
       ? plan.checks
-      : plan.checks.map((check) =>
-          tokens.has(check)
-            ? { ...check, cost: Math.max(1, Math.min(check.bucket.limit, Math.ceil(reserveTokens))) }
-            : check,
-        );
+      : plan.checks.map((check) => {
+          if (!plan.tokens.includes(check)) return check;
+          const held = { ...check, cost: Math.max(1, Math.min(check.bucket.limit, Math.ceil(reserveTokens))) };
+          reserved.push(held);
+          return held;
+        });
   const decision = await isolate.admit(checks, { fast, failClosed: config.failure[cls] === "closed", waitUntil });
   if (!decision.ok) throw refusal(decision);
 
-  // A request refused for concurrency spent none of what it was admitted with.
-  const releases: (() => void)[] = [() => checks.forEach((check) => isolate.refund(check, check.cost))];
+  const releases: (() => void)[] = [];
+  /** A request refused for concurrency gives back its slots and everything it was admitted with. */
+  const refused = (error: ApiError) => {
+    releases.forEach((r) => r());
+    for (const check of checks) isolate.refund(check, check.cost);
+    return error;
+  };
   for (const slot of plan.concurrency) {
     const name = `${cls}:concurrency`;
     if (fast) {
       const key = `${slot.identity}\0${name}`;
       const held = localSlots.get(key) ?? 0;
-      if (held >= slot.limit) {
-        releases.forEach((r) => r());
-        throw new ApiError("rate_limited", `Rate limit reached: ${slot.describe}. Retry after 1 s.`, {
-          headers: { "Retry-After": "1", ...rateLimitHeaders(decision.state) },
-          extra: { limit: `${cls}-concurrency` },
-        });
-      }
+      if (held >= slot.limit)
+        throw refused(
+          new ApiError("rate_limited", `Rate limit reached: ${slot.describe}. Retry after 1 s.`, {
+            headers: { "Retry-After": "1", ...rateLimitHeaders(decision.state) },
+            extra: { limit: `${cls}-concurrency` },
+          }),
+        );
       localSlots.set(key, held + 1);
       releases.push(() => localSlots.set(key, (localSlots.get(key) ?? 1) - 1));
       continue;
@@ -145,21 +152,21 @@ export async function enforceLimits(
     try {
       entered = await stub.enter(name, slot.limit, SLOT_TTL_MS);
     } catch {
-      if (config.failure[cls] === "closed") {
-        releases.forEach((r) => r());
-        throw new ApiError("unavailable", "Rate limits cannot be checked right now; retry shortly.", {
-          headers: { "Retry-After": "1" },
-        });
-      }
+      if (config.failure[cls] === "closed")
+        throw refused(
+          new ApiError("unavailable", "Rate limits cannot be checked right now; retry shortly.", {
+            headers: { "Retry-After": "1" },
+          }),
+        );
       continue; // Fail open: no slot to release.
     }
-    if (!entered.ok) {
-      releases.forEach((r) => r());
-      throw new ApiError("rate_limited", `Rate limit reached: ${slot.describe}. Retry when one finishes.`, {
-        headers: { "Retry-After": "1", ...rateLimitHeaders(decision.state) },
-        extra: { limit: `${cls}-concurrency` },
-      });
-    }
+    if (!entered.ok)
+      throw refused(
+        new ApiError("rate_limited", `Rate limit reached: ${slot.describe}. Retry when one finishes.`, {
+          headers: { "Retry-After": "1", ...rateLimitHeaders(decision.state) },
+          extra: { limit: `${cls}-concurrency` },
+        }),
+      );
     const id = entered.id!;
     releases.push(() =>
       waitUntil(
@@ -170,7 +177,6 @@ export async function enforceLimits(
     );
   }
 
-  const reserved = checks.filter((_, i) => tokens.has(plan.checks[i]!));
   let settled = false;
   function settle(used: number) {
     if (settled) return;
@@ -180,7 +186,6 @@ export async function enforceLimits(
       else isolate.refund(check, check.cost - used);
     }
   }
-  releases.shift();
   let released = false;
   return {
     get headers() {
