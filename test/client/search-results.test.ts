@@ -8,7 +8,7 @@ import { WorkspaceSecret } from "../../client/workspace/secret.js";
 import type { OpenWorkspace } from "../../client/workspace/session.js";
 import type { Sextant } from "../../client/sdk/client.js";
 import type { SearchHit, SearchRequest } from "../../protocol/sync.js";
-import { backdate, makeTree } from "../support/fixture.js";
+import { PARSE_DURATION, backdate, makeTree } from "../support/fixture.js";
 
 const secret = WorkspaceSecret.generate();
 
@@ -190,15 +190,7 @@ describe("generated files", () => {
 });
 
 describe("copies of the same code", () => {
-  const parse = `/** Parses a duration such as "1h 30m" into milliseconds. */
-function parseDuration(text, options) {
-  const units = { h: 3600000, m: 60000, s: 1000 };
-  let total = 0;
-  for (const [, amount, unit] of text.matchAll(/(\\d+)\\s*([hms])/g)) total += Number(amount) * units[unit];
-  if (options && options.strict && total === 0) throw new RangeError("no duration in " + text);
-  return total;
-}
-`;
+  const parse = `/** Parses a duration such as "1h 30m" into milliseconds. */\n${PARSE_DURATION}`;
   const files = {
     "node_modules/ms/dist/cjs/index.js": `${parse}exports.parseDuration = parseDuration;\n`,
     "node_modules/ms/dist/esm/index.js": `${parse}export { parseDuration };\n`,

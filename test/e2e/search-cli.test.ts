@@ -1,18 +1,10 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeTree } from "../support/fixture.js";
+import { PARSE_DURATION, makeTree } from "../support/fixture.js";
 import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
 
 const LICENCE = Array.from({ length: 8 }, (_, i) => `// Licensed under the terms of clause ${i + 1}.`).join("\n");
-const DURATION = `${LICENCE}
-function parseDuration(text, options) {
-  const units = { h: 3600000, m: 60000, s: 1000 };
-  let total = 0;
-  for (const [, amount, unit] of text.matchAll(/(\\d+)\\s*([hms])/g)) total += Number(amount) * units[unit];
-  if (options && options.strict && total === 0) throw new RangeError("no duration in " + text);
-  return total;
-}
-`;
+const DURATION = `${LICENCE}\n${PARSE_DURATION}`;
 
 /** `sextant search` and `index` as a person reads them: generated files skipped, copies folded, the matching line shown. */
 describe("sextant search, human output", () => {

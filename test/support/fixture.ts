@@ -39,3 +39,13 @@ export function git(root: string, args: string[]): string {
 export function gitVisibleFiles(root: string): string[] {
   return git(root, ["ls-files", "--others", "--exclude-standard", "-z"]).split("\0").filter(Boolean).sort();
 }
+
+/** A small function the search tests look for, copied into several places of a tree. */
+export const PARSE_DURATION = `function parseDuration(text, options) {
+  const units = { h: 3600000, m: 60000, s: 1000 };
+  let total = 0;
+  for (const [, amount, unit] of text.matchAll(/(\\d+)\\s*([hms])/g)) total += Number(amount) * units[unit];
+  if (options && options.strict && total === 0) throw new RangeError("no duration in " + text);
+  return total;
+}
+`;
