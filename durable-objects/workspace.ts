@@ -3,106 +3,42 @@ import { z } from "zod";
 import { parentOf } from "../protocol/merkle.js";
 import { loadIndexConfig } from "../workers/config.js";
 import {
-  checkCommitPaths,
   DiffRequest,
-  EncryptedPath,
-  FileSize,
   Hash,
-  Language,
   MAX_TREE_BYTES,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
   type SearchResponse,
+  type StageResponse,
   type TreeStatus,
 } from "../protocol/sync.js";
 import { Catalogue } from "./catalogue.js";
 import { VectorCache } from "./vector-cache.js";
-import { fuse } from "./fusion.js";
+import { hybridSearch } from "./fusion.js";
 import { MerkleStore, TreeTooLarge } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
+import { MAX_STAGED_BYTES, STAGING_RETENTION_MS, StagedChunks } from "./staging.js";
 import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
+import {
+  InvalidRpcInput,
+  parse,
+  SearchInput,
+  StagedPart,
+  TreeCommit,
+  VectorChunks,
+  WorkspaceMeta,
+  type BackendFailure,
+  type DimensionMismatch,
+  type IndexedChunk,
+  type StagedMissing,
+  type StagingFull,
+  type TreeFull,
+} from "./workspace-rpc.js";
 
-const WorkspaceMeta = z.object({
-  workspaceId: z.string().min(1),
-  orgId: z.string().min(1),
-  createdAt: z.iso.datetime(),
-});
-export type WorkspaceMeta = z.infer<typeof WorkspaceMeta>;
+export type * from "./workspace-rpc.js";
 
-/** A commit as the object receives it: leaves without text, and the chunks' vectors, already keyed. */
-const TreeCommit = z
-  .object({
-    upserts: z.array(z.object({ path: EncryptedPath, hash: Hash, size: FileSize })).max(2000),
-    deletes: z.array(EncryptedPath).max(2000),
-  })
-  .superRefine(checkCommitPaths);
-export type TreeCommit = z.infer<typeof TreeCommit>;
-
-/** Vector dimensions an index accepts: a power of two (the keyed rotation needs one). */
-const Vector = z
-  .custom<Float32Array>((v) => v instanceof Float32Array, "must be a Float32Array")
-  .refine(
-    (v) => v.length >= 32 && v.length <= 4096 && (v.length & (v.length - 1)) === 0,
-    "dimensions must be a power of two",
-  );
-const KeyedTerms = z.object({
-  ids: z.custom<Uint32Array>((v) => v instanceof Uint32Array),
-  counts: z.custom<Uint16Array>((v) => v instanceof Uint16Array),
-});
-
-const VectorChunks = z
-  .array(
-    z.object({
-      path: EncryptedPath,
-      chunkId: Hash,
-      startLine: z.number().int().positive(),
-      endLine: z.number().int().positive(),
-      language: Language,
-      vector: Vector,
-      terms: KeyedTerms,
-    }),
-  )
-  .max(100_000);
-export type IndexedChunk = z.input<typeof VectorChunks>[number];
-
-const SearchInput = z.object({
-  vector: Vector,
-  terms: z.array(z.number().int().nonnegative()).max(512),
-  topK: z.number().int().min(1).max(100),
-  pathPrefix: EncryptedPath.optional(),
-  language: Language.optional(),
-});
-export type SearchInput = z.input<typeof SearchInput>;
-
-/** A commit or search whose vectors do not match the dimensions the workspace was indexed with. */
-export interface DimensionMismatch {
-  mismatch: { expected: number; got: number };
-}
-
-/** A hosted index backend failed; the route answers 502 or 504, and nothing was committed. */
-export interface BackendFailure {
-  backendFailure: { timedOut: boolean; message: string };
-}
-
-/** A commit refused because the tree's total would pass MAX_TREE_BYTES; nothing was committed. */
-export interface TreeFull {
-  treeFull: { limit: number };
-}
-
-function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFailure"] {
-  return { timedOut: err.timedOut, message: err.message };
-}
-
-/** Candidates each channel contributes to fusion, per result asked for. */
-const CANDIDATES_PER_RESULT = 4;
-/**
- * The lexical channel's weight in fusion, against 1 for the vector channel: its keyed terms are
- * exact where the built-in embedder's hashed features collide. Chosen on the eval's codebases
- * (npm run eval); lodash and date-fns are held out of that choice.
- */
-const LEXICAL_WEIGHT = 3;
 /** Compaction waits for a burst of commits to settle. */
 const COMPACTION_DELAY_MS = 30_000;
 /** Cached vectors of chunks no longer indexed are kept this long (a file moved back, a reverted edit). */
@@ -110,15 +46,8 @@ const CACHE_RETENTION_MS = 14 * 24 * 3600 * 1000;
 /** A removal a backend refused is tried again after this long. */
 const REMOVAL_RETRY_MS = 60_000;
 
-const MIN_CANDIDATES = 50;
-
-/** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
-class InvalidRpcInput extends TypeError {}
-
-function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
-  const parsed = schema.safeParse(input);
-  if (!parsed.success) throw new InvalidRpcInput(`Invalid ${what}: ${parsed.error.message}`);
-  return parsed.data;
+function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFailure"] {
+  return { timedOut: err.timedOut, message: err.message };
 }
 
 /**
@@ -130,6 +59,7 @@ export class Workspace extends DurableObject<Env> {
   #tree: MerkleStore | null = null;
   #catalogue: Catalogue | null = null;
   #cache: VectorCache | null = null;
+  #staging: StagedChunks | null = null;
   #backend: IndexBackend | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -168,6 +98,7 @@ export class Workspace extends DurableObject<Env> {
     this.#tree = new MerkleStore(sql, (fn) => this.ctx.storage.transactionSync(fn));
     this.#catalogue = new Catalogue(sql);
     this.#cache = new VectorCache(sql);
+    this.#staging = new StagedChunks(sql);
     const row = sql.exec("SELECT dims, backend FROM meta WHERE id = 1").toArray()[0];
     this.#backend = typeof row?.dims === "number" ? this.#openBackend(row.dims, String(row.backend ?? "r2")) : null;
   }
@@ -243,17 +174,29 @@ export class Workspace extends DurableObject<Env> {
     input: TreeCommit,
     chunks: IndexedChunk[] = [],
     options: { cacheModel?: string } = {},
-  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | TreeFull | null> {
+  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | TreeFull | StagedMissing | null> {
     const request = parse(TreeCommit, input, "commit");
-    const vectors = parse(VectorChunks, chunks, "vectors");
+    const sent = parse(VectorChunks, chunks, "vectors");
     // A chunk of a file the commit does not upsert would be searchable with no file in the tree.
     const upserted = new Set(request.upserts.map((u) => u.path));
-    if (vectors.some((v) => !upserted.has(v.path)))
+    if (sent.some((v) => !upserted.has(v.path)))
       throw new InvalidRpcInput("Invalid vectors: a chunk of a file not upserted");
     const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
-    if (!this.#tree || !this.#catalogue) return null;
+    if (!this.#tree || !this.#catalogue || !this.#staging) return null;
     const tree = this.#tree;
     const catalogue = this.#catalogue;
+    const staging = this.#staging;
+    // Each file's staged parts come first, in order, then the chunks this commit carries.
+    const staged: IndexedChunk[] = [];
+    const claimed: { path: string; hash: string }[] = [];
+    for (const [i, u] of request.upserts.entries()) {
+      if (!u.stagedParts) continue;
+      const { chunks: parts, missing } = staging.take(u.path, u.hash, u.stagedParts);
+      if (missing.length > 0) return { stagedMissing: { upsert: i, parts: missing } };
+      staged.push(...parts);
+      claimed.push(u);
+    }
+    const vectors = staged.length > 0 ? [...staged, ...sent] : sent;
     let backend = this.#backend;
     if (vectors.length > 0) {
       const dims = vectors[0]!.vector.length;
@@ -289,6 +232,7 @@ export class Workspace extends DurableObject<Env> {
         dropped.push(...catalogue.removeExact([...ancestors]));
         dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
         catalogue.insert(rows);
+        for (const { path, hash } of claimed) staging.drop(path, hash);
         if (cacheModel) this.#cache!.put(cacheModel, rows);
         return { totals: tree.apply(request.upserts, request.deletes), dropped };
       });
@@ -315,9 +259,27 @@ export class Workspace extends DurableObject<Env> {
   }
 
   /**
-   * Hybrid search: the vector channel and the keyed-term BM25 channel each return candidates,
-   * fused by reciprocal rank; hits the catalogue no longer holds are dropped. The score returned
-   * is the fused score.
+   * Holds one part of a file's chunks until a commit upserts the file with `stagedParts` covering
+   * it. Nothing becomes searchable and the tree does not change: a sync that stops between parts
+   * leaves the workspace as it was, and its next run stages them again.
+   */
+  async stage(input: StagedPart): Promise<StageResponse | DimensionMismatch | StagingFull | null> {
+    const part = parse(StagedPart, input, "staged part");
+    if (!this.#staging) return null;
+    const dims = this.#backend?.dims ?? part.chunks[0]!.vector.length;
+    const odd = part.chunks.find((c) => c.vector.length !== dims);
+    if (odd) return { mismatch: { expected: dims, got: odd.vector.length } };
+    const staging = this.#staging;
+    const bytes = part.chunks.reduce((n, c) => n + c.vector.byteLength, 0);
+    if (staging.bytesBesides(part.path, part.hash, part.part) + bytes > MAX_STAGED_BYTES)
+      return { stagingFull: { limit: MAX_STAGED_BYTES } };
+    this.ctx.storage.transactionSync(() => staging.put(part.path, part.hash, part.part, part.chunks));
+    await this.#scheduleMaintenance(STAGING_RETENTION_MS);
+    return { protocol: SYNC_PROTOCOL, path: part.path, hash: part.hash, part: part.part, chunks: part.chunks.length };
+  }
+
+  /**
+   * Hybrid search (`hybridSearch`) over what is indexed, with the Merkle root it was served from.
    */
   async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | BackendFailure | null> {
     const query = parse(SearchInput, input, "search");
@@ -326,44 +288,12 @@ export class Workspace extends DurableObject<Env> {
     const backend = this.#backend;
     if (!backend) return { protocol: SYNC_PROTOCOL, root, results: [] };
     if (query.vector.length !== backend.dims) return { mismatch: { expected: backend.dims, got: query.vector.length } };
-    const filter = {
-      ...(query.pathPrefix ? { pathPrefix: query.pathPrefix } : {}),
-      ...(query.language ? { language: query.language } : {}),
-    };
-    const n = Math.max(MIN_CANDIDATES, query.topK * CANDIDATES_PER_RESULT);
-    let byVector, byTerms;
     try {
-      [byVector, byTerms] = await Promise.all([
-        backend.queryVector(query.vector, n, filter),
-        query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
-      ]);
+      return { protocol: SYNC_PROTOCOL, root, results: await hybridSearch(backend, this.#catalogue, query) };
     } catch (err) {
       if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
       throw err;
     }
-    const fused = fuse([
-      { ids: byVector.map((h) => h.id), weight: 1 },
-      { ids: byTerms.map((h) => h.id), weight: LEXICAL_WEIGHT },
-    ]);
-    const vectorScores = new Map(byVector.map((h) => [h.id, h.score]));
-    const termScores = new Map(byTerms.map((h) => [h.id, h.score]));
-    const live = this.#catalogue.lookup(fused.slice(0, query.topK * 2).map((h) => Number(h.id)));
-    const results = fused
-      .filter((h) => live.has(Number(h.id)))
-      .slice(0, query.topK)
-      .map((h) => {
-        const row = live.get(Number(h.id))!;
-        const channels = { vector: vectorScores.get(h.id) ?? null, lexical: termScores.get(h.id) ?? null };
-        return {
-          path: row.path,
-          startLine: row.startLine,
-          endLine: row.endLine,
-          chunkId: row.chunkId,
-          score: h.score,
-          channels,
-        };
-      });
-    return { protocol: SYNC_PROTOCOL, root, results };
   }
 
   /**
@@ -396,8 +326,10 @@ export class Workspace extends DurableObject<Env> {
     };
   }
 
-  /** Retries removals a backend refused, and compacts. */
+  /** Drops staged parts nobody claimed, retries removals a backend refused, and compacts. */
   override async alarm(): Promise<void> {
+    const oldest = this.#staging?.prune(Date.now() - STAGING_RETENTION_MS) ?? null;
+    if (oldest !== null) await this.#scheduleMaintenance(Math.max(1000, oldest + STAGING_RETENTION_MS - Date.now()));
     const backend = this.#backend;
     if (!backend) return;
     const pending = this.ctx.storage.sql
@@ -442,6 +374,7 @@ export class Workspace extends DurableObject<Env> {
     this.#tree = null;
     this.#catalogue = null;
     this.#cache = null;
+    this.#staging = null;
     this.#backend = null;
   }
 

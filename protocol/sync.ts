@@ -30,6 +30,17 @@ export const MAX_FILE_BYTES = 100 * 1024 * 1024;
 /** A tree's total size: beyond it, a total stops being an exact number in JSON and in JavaScript. */
 export const MAX_TREE_BYTES = Number.MAX_SAFE_INTEGER;
 export const MAX_DIFF_NODES = 5000;
+/**
+ * Parts one file's chunks may be staged in before the commit that upserts it (`tree/stage`): a file
+ * whose chunks no single request body holds is sent over several. 1,000 parts of a 1 MiB body
+ * each hold the chunks of the largest file a commit can describe.
+ */
+export const MAX_STAGED_PARTS = 1000;
+export const StagedPartNumber = z
+  .number()
+  .int()
+  .min(0)
+  .max(MAX_STAGED_PARTS - 1);
 export const MAX_DIFF_DIRS = 500;
 
 /** Languages a chunk can be tagged with (by file extension on the device); a search can filter by one. */
@@ -58,6 +69,11 @@ export const TreeStatus = z.object({
   files: z.number().int().nonnegative(),
   bytes: z.number().int().nonnegative().max(MAX_TREE_BYTES),
   lastSyncAt: z.iso.datetime().nullable(),
+  /**
+   * The most bytes one request body may hold on this edge (`MAX_BODY_BYTES`), so a client sizes its
+   * commits and staged parts to it. Absent from edges that predate it: assume 1 MiB.
+   */
+  maxBodyBytes: z.number().int().positive().optional(),
 });
 export type TreeStatus = z.infer<typeof TreeStatus>;
 
@@ -113,6 +129,12 @@ export const Upsert = z.strictObject({
    */
   pathTerms: z.array(z.number().int().min(0).max(0xffffffff)).max(MAX_PATH_TERMS).default([]),
   chunks: z.array(ChunkUpload).max(2000).default([]),
+  /**
+   * How many parts of this file's chunks were staged before this commit (`tree/stage`, parts 0 to
+   * n-1, for this path and hash): the file is committed with those chunks and its own. 0 when all
+   * of its chunks are in this upsert.
+   */
+  stagedParts: z.number().int().min(0).max(MAX_STAGED_PARTS).default(0),
 });
 export type Upsert = z.input<typeof Upsert>;
 
@@ -234,6 +256,37 @@ export const CommitRequest = z
     for (const issue of chunkIssues(c.upserts)) ctx.addIssue({ code: "custom", ...issue });
   });
 export type CommitRequest = z.input<typeof CommitRequest>;
+
+/**
+ * One part of a file's chunks, sent ahead of the commit that upserts the file because its chunks
+ * do not fit one request body with it. The edge embeds them and holds them, keyed like the index,
+ * until a commit upserts the same path and hash with `stagedParts` covering this part; staging a
+ * part again replaces it. Unclaimed parts are dropped after a day.
+ */
+export const StageRequest = z
+  .strictObject({
+    protocol,
+    path: EncryptedPath,
+    hash: Hash,
+    part: StagedPartNumber,
+    language: Language.default("text"),
+    pathTerms: z.array(z.number().int().min(0).max(0xffffffff)).max(MAX_PATH_TERMS).default([]),
+    chunks: z.array(ChunkUpload).min(1).max(2000),
+  })
+  .superRefine((stage, ctx) => {
+    for (const issue of chunkIssues([stage])) ctx.addIssue({ code: "custom", ...issue, path: issue.path.slice(2) });
+  });
+export type StageRequest = z.input<typeof StageRequest>;
+
+export const StageResponse = z.object({
+  protocol: z.literal(SYNC_PROTOCOL),
+  path: z.string(),
+  hash: Hash,
+  part: z.number().int().nonnegative(),
+  /** Chunks this part holds. */
+  chunks: z.number().int().nonnegative(),
+});
+export type StageResponse = z.infer<typeof StageResponse>;
 
 export const CommitResponse = TreeStatus.extend({ applied: z.number().int().nonnegative() });
 export type CommitResponse = z.infer<typeof CommitResponse>;

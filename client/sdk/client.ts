@@ -23,11 +23,13 @@ import {
   CommitResponse,
   DiffResponse,
   SearchResponse,
+  StageResponse,
   TreeStatus,
   VECTOR_KEY_HEADER,
   type CommitRequest,
   type DiffRequest,
   type SearchRequest,
+  type StageRequest,
 } from "../../protocol/sync.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
@@ -179,6 +181,20 @@ export class Sextant {
         idempotent: true,
         ...(opts.signal ? { signal: opts.signal } : {}),
         ...(opts.vectorKey ? { headers: { [VECTOR_KEY_HEADER]: opts.vectorKey } } : {}),
+      }),
+    /**
+     * Stages one part of a file's chunks whose whole does not fit one request body; a commit that
+     * upserts the file with `stagedParts` claims the parts. Staging a part again replaces it.
+     */
+    stage: (workspaceId: string, body: StageRequest, opts: PerRequest & { vectorKey: string }) =>
+      this.http.request({
+        method: "POST",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/stage`,
+        body,
+        schema: StageResponse,
+        idempotent: true,
+        headers: { [VECTOR_KEY_HEADER]: opts.vectorKey },
+        ...(opts.signal ? { signal: opts.signal } : {}),
       }),
     /** The chunks that best answer a question; paths come back encrypted, for the client to decrypt. */
     search: (workspaceId: string, body: SearchRequest, opts: PerRequest & { vectorKey: string }) =>

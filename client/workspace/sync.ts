@@ -3,7 +3,7 @@ import { MAX_COMMIT_ENTRIES, MAX_DIFF_NODES, SYNC_PROTOCOL, type TreeNode, type 
 import type { Sextant } from "../sdk/client.js";
 import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
-import { prepareUpload, withoutChunks, type PreparedUpload } from "./upload.js";
+import { prepareUpload, splitUpload, withoutChunks, type PreparedUpload } from "./upload.js";
 import type { SkippedFile } from "./scanner.js";
 import type { WorkspaceState } from "./state.js";
 import { join, type LocalTree } from "./tree.js";
@@ -12,7 +12,7 @@ import { join, type LocalTree } from "./tree.js";
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 /** Room in a body for the commit's envelope around its upserts and deletes. */
 const BODY_MARGIN_BYTES = 16 * 1024;
-/** Files are batched up to this many bytes a commit, so a commit stays well under the body limit. */
+/** Files are batched up to this many bytes a commit (less where the edge's body limit is lower). */
 const MAX_COMMIT_BYTES = 512 * 1024;
 /**
  * Nodes asked for per directory in the frontier. The edge expands breadth-first without knowing
@@ -40,6 +40,8 @@ export interface SyncReport {
   converged: boolean;
   /** Chunks uploaded for embedding. */
   chunks: number;
+  /** Parts staged ahead of a commit, for files whose chunks no single request body holds. */
+  stagedParts: number;
   /** Secrets found in changed files and removed before upload. */
   secretsWithheld: number;
   /** Files whose chunks no request body could hold: in the tree, but not searchable. */
@@ -56,7 +58,7 @@ export interface SyncOptions {
   state: WorkspaceState;
   onProgress?: (event: { phase: "upload"; done: number; total: number }) => void;
   signal?: AbortSignal;
-  /** The edge's `MAX_BODY_BYTES`; DEFAULT_MAX_BODY_BYTES when not given. */
+  /** The edge's `MAX_BODY_BYTES`: by default what the edge reports, or DEFAULT_MAX_BODY_BYTES. */
   maxBodyBytes?: number;
 }
 
@@ -78,6 +80,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     root: "",
     converged: false,
     chunks: 0,
+    stagedParts: 0,
     secretsWithheld: 0,
     skippedFiles: [],
   };
@@ -86,7 +89,9 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     return promise;
   };
 
-  let serverRoot = (await call(sextant.workspaces.tree(workspaceId, { signal: options.signal }))).root;
+  const status = await call(sextant.workspaces.tree(workspaceId, { signal: options.signal }));
+  const maxBodyBytes = options.maxBodyBytes ?? status.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  let serverRoot = status.root;
   for (let pass = 0; pass < MAX_PASSES && serverRoot !== tree.root; pass++) {
     let changes: SyncChanges;
     if (pass === 0 && state.syncedRoot === serverRoot) {
@@ -105,7 +110,7 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
       else report.added++;
     }
     report.deleted += changes.deletes.length;
-    serverRoot = await commitAll(options, changes, call, serverRoot, report);
+    serverRoot = await commitAll({ ...options, maxBodyBytes }, changes, call, serverRoot, report);
   }
   report.root = serverRoot;
   report.converged = serverRoot === tree.root;
@@ -223,21 +228,36 @@ async function commitAll(
   // chunking overlap the edge's embedding and storing instead of waiting for it.
   let inFlight: Promise<void> | undefined;
   const maxUpsertBytes = (options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES) - BODY_MARGIN_BYTES;
+  const maxCommitBytes = Math.min(MAX_COMMIT_BYTES, maxUpsertBytes);
   const prepare = async (entry: SyncChanges["upserts"][number]) => {
     const prepared = await prepareUpload(options.root, options.secret, entry);
     if (prepared.bytes <= maxUpsertBytes) return prepared;
-    report.skippedFiles.push({ path: entry.plain, reason: "tooLarge" });
-    return withoutChunks(prepared);
+    const split = splitUpload(prepared, maxUpsertBytes);
+    if (!split) {
+      report.skippedFiles.push({ path: entry.plain, reason: "tooLarge" });
+      return withoutChunks(prepared);
+    }
+    // Staged in order while the previous commit is in flight; the file's own commit claims them.
+    const { path, hash, language, pathTerms } = split.final.upsert;
+    for (const [part, chunks] of split.staged.entries()) {
+      await call(
+        options.sextant.workspaces.stage(
+          options.workspaceId,
+          { protocol: SYNC_PROTOCOL, path, hash, part, language, pathTerms, chunks },
+          { vectorKey: options.secret.vectorKey, ...(options.signal ? { signal: options.signal } : {}) },
+        ),
+      );
+      report.chunks += chunks.length;
+      report.stagedParts++;
+    }
+    return split.final;
   };
   while (deletes.length > 0 || next < changes.upserts.length || pending) {
     // Deletions first, then files in batches bounded by entries and by bytes (chunk text included).
     let bytes = 0;
     let taken = 0;
     // A delete's path can be 8 KiB encrypted: a full batch of them must still fit a body.
-    while (
-      taken < Math.min(deletes.length, MAX_COMMIT_ENTRIES) &&
-      bytes + deletes[taken]!.length + 3 <= MAX_COMMIT_BYTES
-    )
+    while (taken < Math.min(deletes.length, MAX_COMMIT_ENTRIES) && bytes + deletes[taken]!.length + 3 <= maxCommitBytes)
       bytes += deletes[taken++]!.length + 3;
     const batchDeletes = deletes.slice(0, taken);
     deletes = deletes.slice(taken);
@@ -245,7 +265,7 @@ async function commitAll(
     while (batchDeletes.length + upserts.length < MAX_COMMIT_ENTRIES) {
       pending ??= next < changes.upserts.length ? await prepare(changes.upserts[next++]!) : undefined;
       if (!pending) break;
-      if (bytes + pending.bytes > MAX_COMMIT_BYTES && batchDeletes.length + upserts.length > 0) break;
+      if (bytes + pending.bytes > maxCommitBytes && batchDeletes.length + upserts.length > 0) break;
       bytes += pending.bytes;
       upserts.push(pending.upsert);
       report.chunks += pending.upsert.chunks.length;

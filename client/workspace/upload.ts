@@ -1,13 +1,21 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Language, MAX_FILE_BYTES, MAX_PATH_TERMS, type ChunkUpload, type Upsert } from "../../protocol/sync.js";
+import {
+  Language,
+  MAX_FILE_BYTES,
+  MAX_PATH_TERMS,
+  MAX_STAGED_PARTS,
+  SYNC_PROTOCOL,
+  type ChunkUpload,
+  type Upsert,
+} from "../../protocol/sync.js";
 import { chunkFile } from "../index/chunker.js";
 import { languageOf } from "../index/languages.js";
 import { findSecrets, redact } from "../index/secrets.js";
 import type { WorkspaceSecret } from "./secret.js";
 
 export interface PreparedUpload {
-  upsert: Upsert & { chunks: ChunkUpload[] };
+  upsert: Upsert & { chunks: ChunkUpload[]; language: Language; pathTerms: number[] };
   /** Secrets found and removed before upload: counted, never shown. */
   withheld: number;
   /** The upsert's size in the request body, as JSON. */
@@ -48,7 +56,14 @@ export async function prepareUpload(
   if (content === undefined || content.length > MAX_FILE_BYTES) {
     // Gone since the scan, or grown past what a commit can describe: an empty leaf now, which the
     // next scan deletes or skips as too large.
-    const upsert = { path: entry.path, hash: entry.hash, size: Math.min(entry.size, MAX_FILE_BYTES), chunks: [] };
+    const upsert = {
+      path: entry.path,
+      hash: entry.hash,
+      size: Math.min(entry.size, MAX_FILE_BYTES),
+      language: "text" as const,
+      pathTerms: [],
+      chunks: [],
+    };
     return { upsert, withheld: 0, bytes: jsonBytes(upsert) };
   }
   const hash = secret.contentHash(content);
@@ -80,9 +95,50 @@ export async function prepareUpload(
 const jsonBytes = (value: unknown) => Buffer.byteLength(JSON.stringify(value), "utf8");
 
 /**
+ * A file whose chunks do not fit one body with it, cut into parts that each fit `maxBytes`: every
+ * part but the last is staged ahead of the commit (`tree/stage`), and the last travels in the
+ * commit's upsert, which names how many were staged. Null when a single chunk is too large for any
+ * body this small.
+ */
+export function splitUpload(
+  prepared: PreparedUpload,
+  maxBytes: number,
+): { staged: ChunkUpload[][]; final: PreparedUpload } | null {
+  const { chunks, ...file } = prepared.upsert;
+  // The larger of the two envelopes a part travels in: a stage request, or the commit's upsert.
+  const envelope = Math.max(
+    jsonBytes({
+      protocol: SYNC_PROTOCOL,
+      path: file.path,
+      hash: file.hash,
+      part: MAX_STAGED_PARTS,
+      language: file.language,
+      pathTerms: file.pathTerms,
+      chunks: [],
+    }),
+    jsonBytes({ ...file, chunks: [], stagedParts: MAX_STAGED_PARTS }),
+  );
+  const parts: ChunkUpload[][] = [[]];
+  let bytes = envelope;
+  for (const chunk of chunks) {
+    const size = jsonBytes(chunk) + 1;
+    if (envelope + size > maxBytes) return null;
+    if (bytes + size > maxBytes) {
+      parts.push([]);
+      bytes = envelope;
+    }
+    parts.at(-1)!.push(chunk);
+    bytes += size;
+  }
+  if (parts.length - 1 > MAX_STAGED_PARTS) return null;
+  const last = parts.pop()!;
+  const upsert = { ...file, chunks: last, stagedParts: parts.length };
+  return { staged: parts, final: { upsert, withheld: prepared.withheld, bytes: jsonBytes(upsert) } };
+}
+
+/**
  * The upload without its chunks: the file is in the tree (so the tree converges) but has nothing
- * to search. For a file whose chunks no request body can hold, since a commit replaces all of a
- * file's chunks and so cannot spread them over several commits.
+ * to search. For a file with a chunk no request body can hold.
  */
 export function withoutChunks(prepared: PreparedUpload): PreparedUpload {
   const upsert = { ...prepared.upsert, chunks: [] };

@@ -40,19 +40,23 @@ describe("indexing hostile trees", () => {
     expect(again.stdout).toMatch(/skipped d\/d\/d\/.*: path too long/);
   });
 
-  it("uploads a file near the 1 MiB cap without its chunks when no request body can hold them, and names it", () => {
+  it("indexes a file near the 1 MiB cap whose chunks no one request body holds, staging them over several", () => {
     // Short lines: JSON writes each newline as two bytes, so the chunks take far more than 1 MiB in a body.
     const dir = makeTree({
-      "near-cap.txt": "ab\n".repeat(1_040_000 / 3),
+      "near-cap.txt": "ab\n".repeat(1_039_000 / 3) + "function zebraCrossingFinale() { return 1; }\n",
       "half.txt": "cd\n".repeat(150_000),
       "ok.ts": "export const ok = 1;",
     });
     const run = cli(["--json", "index", dir]);
     expect(run.code, run.stderr).toBe(0);
     const report = JSON.parse(run.stdout);
-    expect(report).toMatchObject({ files: 3, skipped: { tooLarge: 1 }, sync: { added: 3, converged: true } });
-    expect(report.skippedFiles).toEqual([{ path: "near-cap.txt", reason: "tooLarge" }]);
-    expect(report.sync.chunks).toBeGreaterThan(1);
+    expect(report).toMatchObject({ files: 3, skipped: { tooLarge: 0 }, sync: { added: 3, converged: true } });
+    expect(report.skippedFiles).toEqual([]);
+    expect(report.sync.stagedParts).toBeGreaterThan(0);
+    // The last lines of the file were in its last part: the whole file is searchable.
+    const hits = JSON.parse(cli(["--json", "search", "zebraCrossingFinale", dir, "-k", "1"]).stdout);
+    expect(hits[0]).toMatchObject({ path: "near-cap.txt" });
+    expect(hits[0].startLine).toBeGreaterThan(340_000);
     expect(JSON.parse(cli(["--json", "status", dir]).stdout).inSync).toBe(true);
   });
 

@@ -29,6 +29,13 @@ describe("local edge end to end", () => {
     expect(Health.parse(await response.json()).status).toBe("ok");
   });
 
+  it("says in one line which migrations it applied, not wrangler's table of them once per file", () => {
+    const output = edge.output();
+    expect(output.match(/^D1 migrations applied: (\S+\.sql(, |\.$))+$/gm)).toHaveLength(1);
+    expect(output).not.toContain("┌");
+    expect(output).not.toMatch(/\.sql\s+│/);
+  });
+
   it("answers model requests from the simulated backends it starts when none is configured", async () => {
     const { text, fingerprints } = await simulatedTabCompletion(edge);
     expect(text).toBe("sim0 sim1 sim2 sim3 ");
@@ -108,6 +115,7 @@ describe("local edge end to end", () => {
     await edge.stop();
     const port = Number(new URL(edge.baseURL).port);
     edge = await startLocalEdge({ port, configDir: edge.configDir, persistTo: edge.persistTo });
+    expect(edge.output()).toMatch(/^D1 migrations: up to date\.$/m);
     const after = Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout));
     expect(after.key.id).toBe(before.key.id);
     expect(after.org.id).toBe(before.org.id);

@@ -279,12 +279,12 @@ export function sextant(args: string[], env: Record<string, string> = {}): CliRe
 }
 
 /** A local edge and the real CLI pointed at it, with config and cache directories of its own. */
-export async function startEdgeWithCli(): Promise<{
+export async function startEdgeWithCli(vars?: Record<string, string>): Promise<{
   edge: LocalEdge;
   env: Record<string, string>;
   cli: (args: string[]) => CliResult;
 }> {
-  const edge = await startLocalEdge();
+  const edge = await startLocalEdge(vars ? { vars } : {});
   const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
   return { edge, env, cli: (args) => sextant(args, env) };
 }

@@ -28,7 +28,12 @@ export const adminCall = (path: string, options: Omit<CallOptions, "token"> = {}
   call(`/admin${path}`, { ...options, token: env.ADMIN_SECRET });
 
 /** Asserts the RFC 9457 envelope, the stable code and that `instance` is the echoed request id. */
-export async function expectProblem(response: Response, status: number, code: ErrorCode): Promise<Problem> {
+/** The problem document, checked against the closed set of codes; extension members are kept. */
+export async function expectProblem(
+  response: Response,
+  status: number,
+  code: ErrorCode,
+): Promise<Problem & Record<string, unknown>> {
   const text = await response.text();
   expect(response.status, text).toBe(status);
   expect(response.headers.get("Content-Type")).toBe(PROBLEM_CONTENT_TYPE);
@@ -38,7 +43,7 @@ export async function expectProblem(response: Response, status: number, code: Er
   expect(problem.type).toBe(`/errors/${code}`);
   expect(problem.instance).toBeTruthy();
   expect(problem.instance).toBe(response.headers.get("X-Request-Id"));
-  return problem;
+  return { ...JSON.parse(text), ...problem };
 }
 
 export async function expectJson<T>(response: Response, status: number, schema: { parse(v: unknown): T }): Promise<T> {
@@ -85,3 +90,14 @@ export async function createAccount(
 }
 
 export { ApiKeyInfo };
+
+/** An encrypted path segment's shape: one character repeated to the 43 a segment needs at least. */
+export const seg = (c: string) => c.repeat(43);
+/** A keyed hash's shape: one hex digit repeated 64 times. */
+export const hex = (c: string) => c.repeat(64);
+/** A fresh 32-byte vector key, base64url, as the client sends it in `Sextant-Vector-Key`. */
+export const vectorKeyOf = () =>
+  btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");

@@ -48,6 +48,19 @@ const customerRoutes: Route[] = [
   },
   {
     method: "POST",
+    path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/stage`,
+    body: {
+      protocol: SYNC_PROTOCOL,
+      path: "p".repeat(43),
+      hash: "1".repeat(64),
+      part: 0,
+      chunks: [{ id: "2".repeat(64), text: "x", startLine: 1, endLine: 1 }],
+    },
+    headers: { [VECTOR_KEY_HEADER]: "k".repeat(43) },
+    tenant: true,
+  },
+  {
+    method: "POST",
     path: (ids) => `/v1/workspaces/${ids.workspaceId}/search`,
     body: { protocol: SYNC_PROTOCOL, query: "anything" },
     headers: { [VECTOR_KEY_HEADER]: "k".repeat(43) },

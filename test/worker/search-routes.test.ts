@@ -2,15 +2,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { SearchResponse, SYNC_PROTOCOL, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
-import { call, createAccount, expectJson, expectProblem, type Account } from "./harness.js";
-
-const seg = (c: string) => c.repeat(43);
-const hex = (c: string) => c.repeat(64);
-const keyOf = () =>
-  btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))
-    .replace(/\+/g, "-")
-    .replace(/\//g, "_")
-    .replace(/=+$/, "");
+import { call, createAccount, expectJson, expectProblem, hex, seg, vectorKeyOf, type Account } from "./harness.js";
 
 const FILES = {
   [`${seg("s")}/${seg("a")}`]:
@@ -52,7 +44,7 @@ const search = (account: Account, id: string, vectorKey: string, body: Record<st
 describe("indexing and search", () => {
   it("finds the chunk that answers a question, with its encrypted path and lines", async () => {
     const account = await createAccount();
-    const key = keyOf();
+    const key = vectorKeyOf();
     const id = await indexed(account, key);
     const answer = await expectJson(
       await search(account, id, key, { query: "revoke an api key", topK: 2 }),
@@ -65,7 +57,7 @@ describe("indexing and search", () => {
 
   it("is useless without the key: another key's query matches nothing in particular", async () => {
     const account = await createAccount();
-    const key = keyOf();
+    const key = vectorKeyOf();
     const id = await indexed(account, key);
     const right = await expectJson(
       await search(account, id, key, { query: "revoke api key cache" }),
@@ -73,7 +65,7 @@ describe("indexing and search", () => {
       SearchResponse,
     );
     const wrong = await expectJson(
-      await search(account, id, keyOf(), { query: "revoke api key cache" }),
+      await search(account, id, vectorKeyOf(), { query: "revoke api key cache" }),
       200,
       SearchResponse,
     );
@@ -88,7 +80,7 @@ describe("indexing and search", () => {
 
   it("searches only one language when asked, and refuses an unknown language", async () => {
     const account = await createAccount();
-    const key = keyOf();
+    const key = vectorKeyOf();
     const id = await indexed(account, key);
     const python = await expectJson(
       await search(account, id, key, { query: "revoke an api key", language: "python" }),
@@ -101,7 +93,7 @@ describe("indexing and search", () => {
 
   it("searches only below a directory when asked, and forgets deleted files", async () => {
     const account = await createAccount();
-    const key = keyOf();
+    const key = vectorKeyOf();
     const id = await indexed(account, key);
     const within = await expectJson(
       await search(account, id, key, { query: "merkle root", pathPrefix: seg("s") }),
@@ -119,7 +111,7 @@ describe("indexing and search", () => {
 
   it("never stores chunk text, in the object's SQLite or in R2", async () => {
     const account = await createAccount();
-    const id = await indexed(account, keyOf());
+    const id = await indexed(account, vectorKeyOf());
     const stub = workspaceStub(env, id);
     const dump = await runInDurableObject(stub, (_i, state) => {
       const tables = state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
@@ -163,7 +155,7 @@ describe("indexing and search", () => {
       "invalid_request",
     );
     await expectProblem(await search(account, id, "short", { query: "x" }), 400, "invalid_request");
-    await expectProblem(await search(account, id, keyOf(), { query: "" }), 400, "invalid_request");
-    await expectProblem(await search(account, id, keyOf(), { query: "x", topK: 1000 }), 400, "invalid_request");
+    await expectProblem(await search(account, id, vectorKeyOf(), { query: "" }), 400, "invalid_request");
+    await expectProblem(await search(account, id, vectorKeyOf(), { query: "x", topK: 1000 }), 400, "invalid_request");
   });
 });

@@ -4,11 +4,21 @@ import {
   CommitRequest,
   DiffRequest,
   SearchRequest,
+  StageRequest,
+  type ChunkUpload,
   type CommitResponse,
   type SearchResponse,
+  type StageResponse,
 } from "../../protocol/sync.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
-import type { BackendFailure, DimensionMismatch, TreeFull } from "../../durable-objects/workspace.js";
+import type {
+  BackendFailure,
+  DimensionMismatch,
+  StagedMissing,
+  StagingFull,
+  TreeFull,
+  IndexedChunk,
+} from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
@@ -34,14 +44,16 @@ async function ownWorkspace(c: Context<AppEnv>) {
 
 /**
  * Runs a Durable Object call, reports its duration as Server-Timing, maps "gone" to 404, and
- * vectors of the wrong size (a workspace indexed with another embedder) and a commit that would
- * take the tree past its total to 409.
+ * vectors of the wrong size (a workspace indexed with another embedder), a commit that would
+ * take the tree past its total or names parts that were not staged, and a part past the staging
+ * bound to 409.
  */
+type Refusal = DimensionMismatch | BackendFailure | TreeFull | StagedMissing | StagingFull;
 async function timed<T extends object>(
   c: Context<AppEnv>,
   id: string,
   call: () => Promise<T | null>,
-): Promise<Exclude<T, DimensionMismatch | BackendFailure | TreeFull>> {
+): Promise<Exclude<T, Refusal>> {
   const started = performance.now();
   const result = await call();
   c.header("Server-Timing", `workspace;dur=${(performance.now() - started).toFixed(1)}`);
@@ -60,6 +72,21 @@ async function timed<T extends object>(
       `This commit would take workspace \`${id}\` past ${limit} bytes in all; nothing was committed. Delete files first.`,
     );
   }
+  if ("stagedMissing" in result) {
+    const { upsert, parts } = (result as StagedMissing).stagedMissing;
+    throw new ApiError(
+      "conflict",
+      `upserts.${upsert} names staged parts this workspace does not hold (${parts.join(", ")}): never staged, staged for another hash, or dropped after a day. Stage them again; nothing was committed.`,
+      { extra: { upsert, missingParts: parts } },
+    );
+  }
+  if ("stagingFull" in result) {
+    const { limit } = (result as StagingFull).stagingFull;
+    throw new ApiError(
+      "conflict",
+      `Workspace \`${id}\` already holds ${limit} bytes of staged parts no commit has claimed; commit them, or wait a day for them to be dropped.`,
+    );
+  }
   if ("backendFailure" in result) {
     const { timedOut, message } = (result as BackendFailure).backendFailure;
     console.error(JSON.stringify({ level: "error", requestId: c.get("requestId"), message }));
@@ -68,7 +95,7 @@ async function timed<T extends object>(
       timedOut ? "The index backend did not answer in time; retry." : "The index backend failed; retry.",
     );
   }
-  return result as Exclude<T, DimensionMismatch | BackendFailure | TreeFull>;
+  return result as Exclude<T, Refusal>;
 }
 
 /**
@@ -122,6 +149,23 @@ async function chunkVectors(
   return { vectors: vectors as Float32Array[], cacheModel, reused: chunks.length - missing.length };
 }
 
+/** A file's chunks as the index holds them: rotated vectors, and keyed terms of the text and the path. */
+function indexedChunks(
+  file: { path: string; language: IndexedChunk["language"]; pathTerms: number[]; chunks: ChunkUpload[] },
+  vectors: Float32Array[],
+  terms: TermKey,
+): IndexedChunk[] {
+  return file.chunks.map((chunk, i) => ({
+    path: file.path,
+    chunkId: chunk.id,
+    startLine: chunk.startLine,
+    endLine: chunk.endLine,
+    language: file.language,
+    vector: vectors[i]!,
+    terms: TermKey.withExtra(terms.terms(chunk.text), file.pathTerms),
+  }));
+}
+
 export const workspaces = new Hono<AppEnv>()
   .use(requireApiKey)
   .use(limit("index"))
@@ -152,7 +196,8 @@ export const workspaces = new Hono<AppEnv>()
   })
   .get("/:id/tree", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
-    return c.json(await timed(c, workspace.id, () => stub.status()));
+    const status = await timed(c, workspace.id, () => stub.status());
+    return c.json({ ...status, maxBodyBytes: c.get("config").MAX_BODY_BYTES });
   })
   .post("/:id/tree/diff", async (c) => {
     const body = await jsonBody(c, DiffRequest);
@@ -174,28 +219,35 @@ export const workspaces = new Hono<AppEnv>()
     const terms = keyBytes ? new TermKey(keyBytes) : undefined;
     let next = 0;
     const chunks = body.upserts.flatMap((u) =>
-      u.chunks.map((chunk) => ({
-        path: u.path,
-        chunkId: chunk.id,
-        startLine: chunk.startLine,
-        endLine: chunk.endLine,
-        language: u.language,
-        vector: vectors[next++]!,
-        terms: TermKey.withExtra(terms!.terms(chunk.text), u.pathTerms),
-      })),
+      indexedChunks(u, vectors.slice(next, (next += u.chunks.length)), terms!),
     );
     if (uploaded.length > 0) c.header("Sextant-Embeddings", `embedded=${uploaded.length - reused}, reused=${reused}`);
-    const tree = { upserts: body.upserts.map(({ path, hash, size }) => ({ path, hash, size })), deletes: body.deletes };
+    const tree = {
+      upserts: body.upserts.map(({ path, hash, size, stagedParts }) => ({ path, hash, size, stagedParts })),
+      deletes: body.deletes,
+    };
     return c.json(
       await timed(
         c,
         workspace.id,
-        () =>
-          stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<
-            CommitResponse | DimensionMismatch | BackendFailure | TreeFull | null
-          >,
+        () => stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<CommitResponse | Refusal | null>,
       ),
     );
+  })
+  .post("/:id/tree/stage", async (c) => {
+    const body = await jsonBody(c, StageRequest);
+    const keyBytes = vectorKeyBytes(c);
+    loadIndexConfig(c.env);
+    const { workspace, stub } = await ownWorkspace(c);
+    const { vectors, reused } = await chunkVectors(c, stub, keyBytes, body.chunks);
+    c.header("Sextant-Embeddings", `embedded=${body.chunks.length - reused}, reused=${reused}`);
+    const part = {
+      path: body.path,
+      hash: body.hash,
+      part: body.part,
+      chunks: indexedChunks(body, vectors, new TermKey(keyBytes)),
+    };
+    return c.json(await timed(c, workspace.id, () => stub.stage(part) as Promise<StageResponse | Refusal | null>));
   })
   .post("/:id/search", async (c) => {
     const body = await jsonBody(c, SearchRequest);

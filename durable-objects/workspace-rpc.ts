@@ -1,0 +1,118 @@
+/**
+ * The Workspace object's RPC contract: the shapes its methods accept, validated on arrival because
+ * any code holding the binding can call a stub, and the outcomes a route maps to problems.
+ */
+import { z } from "zod";
+import {
+  checkCommitPaths,
+  EncryptedPath,
+  FileSize,
+  Hash,
+  Language,
+  MAX_STAGED_PARTS,
+  StagedPartNumber,
+} from "../protocol/sync.js";
+
+export const WorkspaceMeta = z.object({
+  workspaceId: z.string().min(1),
+  orgId: z.string().min(1),
+  createdAt: z.iso.datetime(),
+});
+export type WorkspaceMeta = z.infer<typeof WorkspaceMeta>;
+
+/** A commit as the object receives it: leaves without text, and the chunks' vectors, already keyed. */
+export const TreeCommit = z
+  .object({
+    upserts: z
+      .array(
+        z.object({
+          path: EncryptedPath,
+          hash: Hash,
+          size: FileSize,
+          /** Parts of this file's chunks staged before the commit (0 to n-1), committed with it. */
+          stagedParts: z.number().int().min(0).max(MAX_STAGED_PARTS).optional(),
+        }),
+      )
+      .max(2000),
+    deletes: z.array(EncryptedPath).max(2000),
+  })
+  .superRefine(checkCommitPaths);
+export type TreeCommit = z.input<typeof TreeCommit>;
+
+/** Vector dimensions an index accepts: a power of two (the keyed rotation needs one). */
+export const Vector = z
+  .custom<Float32Array>((v) => v instanceof Float32Array, "must be a Float32Array")
+  .refine(
+    (v) => v.length >= 32 && v.length <= 4096 && (v.length & (v.length - 1)) === 0,
+    "dimensions must be a power of two",
+  );
+const KeyedTerms = z.object({
+  ids: z.custom<Uint32Array>((v) => v instanceof Uint32Array),
+  counts: z.custom<Uint16Array>((v) => v instanceof Uint16Array),
+});
+
+const IndexedChunkShape = z.object({
+  path: EncryptedPath,
+  chunkId: Hash,
+  startLine: z.number().int().positive(),
+  endLine: z.number().int().positive(),
+  language: Language,
+  vector: Vector,
+  terms: KeyedTerms,
+});
+export const VectorChunks = z.array(IndexedChunkShape).max(100_000);
+export type IndexedChunk = z.input<typeof IndexedChunkShape>;
+
+/** One staged part of a file's chunks, embedded and keyed: held until a commit claims it. */
+export const StagedPart = z
+  .object({
+    path: EncryptedPath,
+    hash: Hash,
+    part: StagedPartNumber,
+    chunks: z.array(IndexedChunkShape).min(1).max(2000),
+  })
+  .refine((p) => p.chunks.every((c) => c.path === p.path), "every chunk must be of the staged file");
+export type StagedPart = z.input<typeof StagedPart>;
+
+export const SearchInput = z.object({
+  vector: Vector,
+  terms: z.array(z.number().int().nonnegative()).max(512),
+  topK: z.number().int().min(1).max(100),
+  pathPrefix: EncryptedPath.optional(),
+  language: Language.optional(),
+});
+export type SearchInput = z.input<typeof SearchInput>;
+
+/** A commit or search whose vectors do not match the dimensions the workspace was indexed with. */
+export interface DimensionMismatch {
+  mismatch: { expected: number; got: number };
+}
+
+/** A hosted index backend failed; the route answers 502 or 504, and nothing was committed. */
+export interface BackendFailure {
+  backendFailure: { timedOut: boolean; message: string };
+}
+
+/** A commit refused because the tree's total would pass MAX_TREE_BYTES; nothing was committed. */
+export interface TreeFull {
+  treeFull: { limit: number };
+}
+
+/** A commit naming staged parts the object does not hold (never staged, or dropped); nothing was committed. */
+export interface StagedMissing {
+  stagedMissing: { upsert: number; parts: number[] };
+}
+
+/** A part refused because the workspace already holds as many staged bytes as it may. */
+export interface StagingFull {
+  stagingFull: { limit: number };
+}
+
+/** Thrown for RPC input that fails validation; routes validate first, so reaching it means a bug. */
+export class InvalidRpcInput extends TypeError {}
+
+export function parse<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) throw new InvalidRpcInput(`Invalid ${what}: ${parsed.error.message}`);
+  return parsed.data;
+}
