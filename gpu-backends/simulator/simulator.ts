@@ -5,8 +5,9 @@
  * `system_fingerprint: "sextant-simulator"`.
  *
  * It speaks the HTTP protocol closely enough for the official `openai` SDK: completions and chat
- * (streamed as server-sent events or whole), embeddings (float or base64), models, vLLM's `/health`
- * and `/metrics`, the `{ error: { message, type, param, code } }` envelope. With `kind: "anthropic"`
+ * (streamed as server-sent events or whole; chat with `n` choices and tool calls, chat-format.ts),
+ * embeddings (float or base64), models, vLLM's `/health` and `/metrics`, the
+ * `{ error: { message, type, param, code } }` envelope. With `kind: "anthropic"`
  * it is instead a stand-in for Anthropic's Messages API, closely enough for the official
  * `@anthropic-ai/sdk`: `POST /v1/messages` (whole, or streamed as typed events), `GET /v1/models`,
  * `x-api-key`, the `{ type: "error", error: { type, message } }` envelope and 529 when overloaded. Timing follows a simple
@@ -18,6 +19,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
+import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
 
 const HOST = "127.0.0.1";
 const FINGERPRINT = "sextant-simulator";
@@ -254,6 +256,7 @@ const ChatBody = z.looseObject({
   max_completion_tokens: MaxTokens,
   stream: z.boolean().nullish(),
   stream_options: StreamOptions,
+  ...ChatAnswerFields,
 });
 
 const Blocks = z.union([z.string(), z.array(z.looseObject({ type: z.string(), text: z.string().optional() }))]);
@@ -306,47 +309,17 @@ interface Generation {
   cache?: { read: number; written: number };
 }
 
-/** How one endpoint shapes its objects: the generation loop is shared. */
-interface Format {
-  /** Anthropic's Messages API: its own stream events and answer object (the fields below go unused). */
-  anthropic?: true;
-  idPrefix: string;
-  object: string;
-  chunkObject: string;
-  token(text: string, first: boolean): object;
-  final(finish: string): object;
-  whole(text: string, finish: string): object;
-}
-
 const COMPLETION: Format = {
   idPrefix: "cmpl-sim-",
   object: "text_completion",
   chunkObject: "text_completion",
-  token: (text) => ({ index: 0, text, logprobs: null, finish_reason: null }),
-  final: (finish) => ({ index: 0, text: "", logprobs: null, finish_reason: finish }),
-  whole: (text, finish) => ({ index: 0, text, logprobs: null, finish_reason: finish }),
+  n: 1,
+  token: (text) => [{ index: 0, text, logprobs: null, finish_reason: null }],
+  final: (finish) => [{ index: 0, text: "", logprobs: null, finish_reason: finish }],
+  whole: (text, finish) => [{ index: 0, text, logprobs: null, finish_reason: finish }],
 };
 
-const CHAT: Format = {
-  idPrefix: "chatcmpl-sim-",
-  object: "chat.completion",
-  chunkObject: "chat.completion.chunk",
-  token: (content, first) => ({
-    index: 0,
-    delta: first ? { role: "assistant", content } : { content },
-    logprobs: null,
-    finish_reason: null,
-  }),
-  final: (finish) => ({ index: 0, delta: {}, logprobs: null, finish_reason: finish }),
-  whole: (content, finish) => ({
-    index: 0,
-    message: { role: "assistant", content },
-    logprobs: null,
-    finish_reason: finish,
-  }),
-};
-
-const MESSAGES: Format = { ...CHAT, anthropic: true, idPrefix: "msg_sim_" };
+const MESSAGES: Format = { ...chatFormat({ messages: [] }), anthropic: true, idPrefix: "msg_sim_" };
 
 /** An Anthropic stream event. */
 const typed = (type: string, data: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
@@ -708,10 +681,12 @@ class Backend implements SimulatedBackend {
     };
     const usage = {
       prompt_tokens: g.promptTokens,
-      completion_tokens: tokens,
-      total_tokens: g.promptTokens + tokens,
+      completion_tokens: tokens * g.format.n,
+      total_tokens: g.promptTokens + tokens * g.format.n,
     };
     const event = (data: object) => `data: ${JSON.stringify(g.includeUsage ? { ...data, usage: null } : data)}\n\n`;
+    /** One chunk per choice, in one write. */
+    const chunks = (choices: object[]) => choices.map((choice) => event({ ...head, choices: [choice] })).join("");
     const anthropic = g.format.anthropic === true;
     const message = { id: head.id, type: "message", role: "assistant", model: g.model };
     const toolUse = g.tool ? { type: "tool_use", id: `toolu_sim_${head.id.slice(8)}`, name: g.tool } : undefined;
@@ -770,9 +745,9 @@ class Backend implements SimulatedBackend {
       }
       if (!g.stream) {
         record.firstTokenAt = now();
-        return this.json(exchange, 200, { ...head, choices: [g.format.whole(text, finish)], usage });
+        return this.json(exchange, 200, { ...head, choices: g.format.whole(text, finish), usage });
       }
-      res.write(event({ ...head, choices: [g.format.final(finish)] }));
+      res.write(chunks(g.format.final(finish)));
       if (g.includeUsage) res.write(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\n`);
       this.end(exchange, "completed", "data: [DONE]\n\n");
     };
@@ -802,7 +777,7 @@ class Backend implements SimulatedBackend {
                     ? { type: "input_json_delta", partial_json: (emitted === 0 ? '{"text":"' : "") + piece }
                     : { type: "text_delta", text: piece },
                 })
-              : event({ ...head, choices: [g.format.token(piece, emitted === 0)] }),
+              : chunks(g.format.token(piece, emitted === 0)),
           );
           if (emitted === 0) record.firstTokenAt = now();
         }
@@ -901,7 +876,7 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       return sum + (content ?? []).reduce((s, part) => s + (part.text?.length ?? 0), 0);
     }, 0);
     return {
-      format: CHAT,
+      format: chatFormat(r.data),
       model: r.data.model,
       promptTokens: promptTokens(chars),
       maxTokens: r.data.max_completion_tokens ?? r.data.max_tokens ?? null,
