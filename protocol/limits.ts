@@ -102,14 +102,16 @@ const PROMPT_FIELDS = ["messages", "prompt", "suffix", "input", "tools", "predic
 
 /**
  * What a gateway request reserves of its tokens limits (`TOKEN_RESERVE`); `generates` is false for
- * embeddings, which produce no tokens.
+ * embeddings, which produce no tokens. A chat completion asking for `n` choices reserves each
+ * choice's completion.
  */
 export function tokenReserve(body: Record<string, unknown>, generates = true): number {
   let chars = 0;
   for (const field of PROMPT_FIELDS) chars += textLength(body[field]);
   const limit = body.max_completion_tokens ?? body.max_tokens;
   const completion = !generates ? 0 : typeof limit === "number" ? limit : TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE;
-  return Math.ceil(chars / TOKEN_RESERVE.CHARS_PER_TOKEN) + completion;
+  const choices = typeof body.n === "number" && body.n > 1 ? body.n : 1;
+  return Math.ceil(chars / TOKEN_RESERVE.CHARS_PER_TOKEN) + completion * choices;
 }
 
 const minute = (limit: number) => ({ limit, windowSeconds: 60 });

@@ -237,6 +237,8 @@ describe("chat requests as Messages API requests", () => {
     expect(anthropicCannotServe(base)).toBeUndefined();
     expect(anthropicCannotServe({ ...base, response_format: { type: "text" }, tools: [] })).toBeUndefined();
     expect(anthropicCannotServe({ ...base, logprobs: true })).toBe("logprobs");
+    expect(anthropicCannotServe({ ...base, n: 1 })).toBeUndefined();
+    expect(anthropicCannotServe({ ...base, n: 2 })).toMatch(/^`n` above 1/);
     expect(anthropicCannotServe({ ...base, response_format: { type: "json_schema" } })).toBe("response_format");
     expect(anthropicCannotServe({ ...base, modalities: ["text", "audio"] })).toBe("audio");
     expect(anthropicCannotServe({ ...base, functions: [] })).toMatch(/functions/);

@@ -128,6 +128,15 @@ describe("what a gateway request reserves of a tokens limit", () => {
     expect(tokenReserve({ model: "m", prompt: "def f(", suffix: ")", max_tokens: 2 })).toBe(3 + 2);
   });
 
+  it("reserves the completion of each of a chat completion's n choices", () => {
+    const chat = { model: "m", messages: [{ role: "user", content: "x".repeat(29) }], max_tokens: 16 };
+    expect(tokenReserve({ ...chat, n: 3 })).toBe(11 + 3 * 16);
+    expect(tokenReserve({ ...chat, max_tokens: undefined, n: 2 })).toBe(
+      11 + 2 * TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE,
+    );
+    expect(tokenReserve({ ...chat, n: 1 })).toBe(11 + 16);
+  });
+
   it("reserves the stated default when a request sets no limit, and nothing to generate for embeddings", () => {
     expect(tokenReserve({ model: "m", prompt: "abc" })).toBe(1 + TOKEN_RESERVE.DEFAULT_COMPLETION_RESERVE);
     expect(tokenReserve({ model: "m", input: ["abcdef", "abc"] }, false)).toBe(3);

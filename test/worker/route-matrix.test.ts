@@ -77,6 +77,7 @@ const customerRoutes: Route[] = [
     loose: true,
   },
   { method: "POST", path: () => "/v1/embeddings", body: { model: "m", input: "x" }, loose: true },
+  { method: "POST", path: () => "/v1/responses", body: { model: "m", input: "x" }, loose: true },
 ];
 
 const adminRoutes: Route[] = [

@@ -44,6 +44,7 @@ function parsesAsObject(text: unknown): boolean {
  * The body has passed the route's validation.
  */
 export function anthropicCannotServe(body: Json): string | undefined {
+  if (typeof body.n === "number" && body.n > 1) return "`n` above 1 (it answers with one choice only)";
   if (body.logprobs === true || body.top_logprobs != null) return "logprobs";
   if (isObject(body.response_format) && body.response_format.type !== "text") return "response_format";
   if (body.audio != null || (Array.isArray(body.modalities) && body.modalities.includes("audio"))) return "audio";

@@ -1,6 +1,7 @@
 /**
  * The OpenAI-compatible surface: `/v1/completions` (tab), `/v1/chat/completions` (chat and apply),
- * `/v1/embeddings` and `/v1/models`. The official `openai` SDK works with `baseURL` set to the edge.
+ * `/v1/responses` (the same pools, translated: responses.ts), `/v1/embeddings` and `/v1/models`.
+ * The official `openai` SDK works with `baseURL` set to the edge.
  */
 import { Hono, type Context } from "hono";
 import { createMiddleware } from "hono/factory";
@@ -16,11 +17,16 @@ import { enforceLimits } from "../limits/enforce.js";
 import { tokenReserve } from "../../protocol/limits.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish } from "./proxy.js";
+import { fromChatCompletion, ResponsesRequest, toChatRequest } from "./responses.js";
+import { responsesStream } from "./responses-stream.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
 
 const model = z.string().trim().min(1).max(256);
 const streamOptions = z.object({ include_usage: z.boolean().optional() }).loose().nullish();
 const maxTokens = z.number().int().min(1).max(1_000_000).nullish();
+
+/** The most choices (`n`) one chat completion may ask for: each costs a whole answer's tokens. */
+const MAX_CHOICES = 8;
 
 const CompletionRequest = z
   .object({
@@ -45,7 +51,7 @@ const ChatRequest = z
     stream_options: streamOptions,
     max_tokens: maxTokens,
     max_completion_tokens: maxTokens,
-    n: z.literal(1).nullish(),
+    n: z.number().int().min(1).max(MAX_CHOICES).nullish(),
     prediction: z
       .object({
         type: z.literal("content"),
@@ -178,6 +184,18 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
 }
 
 /**
+ * A Responses API request, answered by the chat pools: translated into a chat completion request
+ * that takes `handle`'s whole path, and its answer (whole, or streamed) translated back.
+ */
+async function respond(c: Context<AppEnv>, request: ResponsesRequest): Promise<Response> {
+  const answer = await handle(c, "chat", toChatRequest(request));
+  const headers = new Headers(answer.headers);
+  if (request.stream) return new Response(responsesStream(answer.body!, request), { headers });
+  headers.delete("Content-Length");
+  return Response.json(fromChatCompletion(await answer.json(), request), { headers });
+}
+
+/**
  * Starts reading the body while the key is checked, so that the two waits overlap; `jsonBody`
  * takes the same read (Hono keeps it), and the body-size limit applies to it as to any read. A
  * request refused before `jsonBody` drops the read unawaited. Bytes, not text: a text read would
@@ -200,6 +218,7 @@ export const gateway = new Hono<AppEnv>()
     handle(c, "completions", await jsonBody(c, CompletionRequest)),
   )
   .post("/chat/completions", readAhead, requireApiKey, async (c) => handle(c, "chat", await jsonBody(c, ChatRequest)))
+  .post("/responses", readAhead, requireApiKey, async (c) => respond(c, await jsonBody(c, ResponsesRequest)))
   .post("/embeddings", readAhead, requireApiKey, async (c) =>
     handle(c, "embeddings", await jsonBody(c, EmbeddingRequest)),
   );
