@@ -28,6 +28,16 @@ export interface EdgeOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+/**
+ * `SEXTANT_INSPECTOR_PORT`: the edge's V8 inspector listens on this port (127.0.0.1), for a CPU
+ * profile of the Worker (`bench/gateway-profile.ts`) or a debugger. Off by default: an inspector
+ * costs every request.
+ */
+const inspectorPort = (env: NodeJS.ProcessEnv): number | undefined => {
+  const port = Number(env.SEXTANT_INSPECTOR_PORT);
+  return Number.isInteger(port) && port > 0 && port < 65536 ? port : undefined;
+};
+
 export interface Edge {
   url: URL;
   dispose(): Promise<void>;
@@ -58,10 +68,11 @@ function bundle(env: NodeJS.ProcessEnv): { dir: string; script: string; cleanup(
  */
 export async function serveWorker(
   worker: MiniflareOptions,
-  options: { host: string; port: number; logRequests?: boolean; onDispose?: () => void },
+  options: { host: string; port: number; logRequests?: boolean; onDispose?: () => void; inspectorPort?: number },
 ): Promise<Edge> {
   const mf = new Miniflare({
     ...worker,
+    ...(options.inspectorPort ? { inspectorPort: options.inspectorPort } : {}),
     host: "127.0.0.1",
     port: 0,
     unsafeDirectSockets: [{ host: options.host, port: options.port }],
@@ -105,6 +116,12 @@ export async function startEdge(options: EdgeOptions): Promise<Edge> {
       kvPersist: join(state, "kv"),
       cachePersist: join(state, "cache"),
     } as MiniflareOptions,
-    { host: options.host, port: options.port, logRequests: options.logRequests, onDispose: cleanup },
+    {
+      host: options.host,
+      port: options.port,
+      logRequests: options.logRequests,
+      onDispose: cleanup,
+      inspectorPort: inspectorPort(env),
+    },
   );
 }
