@@ -76,6 +76,8 @@ const SUFFIX = "\n\nprint(fibonacci(10))\n";
 const SERIAL_ROUNDS = 10;
 /** Added latency the gateway should stay under. */
 export const OVERHEAD_TARGETS = { p50: 1.5, p99: 5 } as const;
+/** The edge's workerd CPU per streamed answer, against the forwarding Worker's in the same run. */
+export const CPU_RATIO_GOAL = 1.5;
 
 /** One answer's length at `tokensPerSecond`: concurrent streams spread their starts over it. */
 export const answerMs = (tokensPerSecond: number) => TTFT_MS + ((TOKENS - 1) * 1000) / tokensPerSecond;
@@ -722,6 +724,16 @@ export function reportOverhead(f: OverheadFigures): string {
         (same ? `; two identical direct calls differ by ${worst(same)}` : "") +
         (overRelay ? `; the edge adds ${worst(overRelay)} over the relay, pair by pair` : ""),
     );
+    // A forwarder's few requests in a short run may stay under one clock tick: no ratio then.
+    if (r.cpuMs !== undefined && forward?.cpuMs)
+      lines.push(
+        `CPU per streamed answer at ${r.streams} stream${r.streams === 1 ? "" : "s"}: the edge ${fmt(r.cpuMs)} ms, ` +
+          `the forwarding Worker ${fmt(forward.cpuMs)} ms in the same run: ${fmt(r.cpuMs / forward.cpuMs)}x ` +
+          `(goal at most ${CPU_RATIO_GOAL}x: ${verdict(r.cpuMs / forward.cpuMs <= CPU_RATIO_GOAL)})` +
+          (relay?.cpuMs !== undefined
+            ? `; the Worker that relays each event in JavaScript ${fmt(relay.cpuMs)} ms, ${fmt(relay.cpuMs / forward.cpuMs)}x`
+            : ""),
+      );
   }
   return lines.join("\n");
 }

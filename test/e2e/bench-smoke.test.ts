@@ -260,6 +260,15 @@ describe("gateway benchmarks (smoke)", () => {
     expect(report).toMatch(/the edge adds p50 [\d.-]+ ms, p99 [\d.-]+ ms over the relay, pair by pair/);
     expect(report).toMatch(/ttft: relay\s+edge\s+over relay/);
     expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
+    // The edge's CPU per answer against the forwarder's, where the forwarder's own run used a tick.
+    for (const r of figures.runs) {
+      const forward = figures.forward.find((x) => x.streams === r.streams)!;
+      const line = new RegExp(
+        `CPU per streamed answer at ${r.streams} streams?: the edge [\\d.]+ ms, the forwarding Worker [\\d.]+ ms in the same run: [\\d.]+x \\(goal at most 1.5x: (met|MISSED)\\)`,
+      );
+      if (forward.cpuMs) expect(report).toMatch(line);
+      else expect(report).not.toMatch(line);
+    }
   }, 60_000);
 
   it("overhead's intervals are order statistics that cover the true quantile", () => {
