@@ -1,8 +1,9 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { queryFromDoc } from "./doc-text.js";
+import { languageOf } from "../client/index/languages.js";
+import { DOC_STYLES, type DocStyle } from "./doc-styles.js";
 import type { SourceFile } from "./select.js";
-import { comments, documentedDefinitions, parse, stripComments } from "./syntax.js";
+import { parse, stripComments } from "./syntax.js";
 
 /** Where the answer to a query is: a definition's lines in one file (1-based, inclusive). */
 export interface Target {
@@ -31,8 +32,9 @@ export interface Corpus {
 const normalize = (text: string) => text.toLowerCase().replace(/\s+/g, " ");
 
 /**
- * Writes the package's sources to `root` with every comment removed (lines kept, so a definition's
- * line range is the same in both copies), and draws one query from each documented definition.
+ * Writes the package's sources to `root` with every comment (and Python docstring) removed, lines
+ * kept so that a definition's line range is the same in both copies, and draws one query from each
+ * documented definition.
  * Since the code the index sees has no comments, no query can be found by copying its text; a
  * query whose words appear in the stripped code anyway is dropped and counted.
  */
@@ -41,24 +43,23 @@ export async function buildCorpus(sources: readonly SourceFile[], root: string):
   const stripped: string[] = [];
   let tooShort = 0;
   for (const source of sources) {
-    const tree = await parse(source.path, source.text);
-    if (!tree) continue;
+    const style = styleOf(source.path);
+    const tree = style && (await parse(source.path, source.text));
+    if (!style || !tree) continue;
     let text: string;
     try {
-      for (const def of documentedDefinitions(tree)) {
-        const query = queryFromDoc(def.doc);
+      for (const { name, query, startLine, endLine } of style.documented(tree)) {
         if (!query) {
           tooShort++;
           continue;
         }
-        const target = { path: source.path, name: def.name, startLine: def.startLine, endLine: def.endLine };
-        byText.set(query, [...(byText.get(query) ?? []), target]);
+        byText.set(query, [...(byText.get(query) ?? []), { path: source.path, name, startLine, endLine }]);
       }
-      text = stripComments(source.text, comments(tree));
+      text = stripComments(source.text, style.removed(tree));
     } finally {
       tree.delete();
     }
-    await assertCommentFree(source.path, text);
+    await assertDocFree(source.path, text, style);
     if (text.split("\n").length !== source.text.split("\n").length)
       throw new Error(`${source.path}: removing comments changed the line count`);
     mkdirSync(dirname(join(root, source.path)), { recursive: true });
@@ -75,13 +76,21 @@ export async function buildCorpus(sources: readonly SourceFile[], root: string):
   return { files: stripped.length, queries, tooShort, verbatim };
 }
 
-/** The stripped copy is parsed again: a comment left in it would leak the answer to its query. */
-async function assertCommentFree(path: string, text: string): Promise<void> {
+const styleOf = (path: string): DocStyle | undefined => {
+  const language = languageOf(path);
+  return language ? DOC_STYLES[language] : undefined;
+};
+
+/** The stripped copy is parsed again: a comment or docstring left in it would leak the answer to its query. */
+async function assertDocFree(path: string, text: string, style: DocStyle): Promise<void> {
   const tree = await parse(path, text);
   if (!tree) return;
   try {
-    const left = comments(tree);
-    if (left.length > 0) throw new Error(`${path}: a comment survived stripping: ${left[0]!.text.slice(0, 80)}`);
+    const left = style.removed(tree);
+    if (left.length > 0)
+      throw new Error(
+        `${path}: a comment survived stripping: ${text.slice(left[0]!.startIndex, left[0]!.startIndex + 80)}`,
+      );
   } finally {
     tree.delete();
   }

@@ -53,12 +53,32 @@ export function plainText(markup: string): string {
   );
 }
 
+/**
+ * Markdown links and link reference definitions, and the bare `[Name]` links that rustdoc and Go
+ * doc comments write, reduced to the words they show.
+ */
+export function linkText(markdown: string): string {
+  return markdown
+    .replace(/^\s*\[[^\]]+\]:\s*\S.*$/gm, "")
+    .replace(/!\[[^\]]*\]\([^)]*\)/g, "")
+    .replace(/\[([^\]]+)\](\([^)]*\)|\[[^\]]*\])?/g, "$1");
+}
+
 export const wordCount = (text: string) => text.split(/\s+/).filter((w) => /[\p{L}\p{N}]/u.test(w)).length;
 
 /** The query for a doc comment, or undefined when its description is under `minWords` words. */
 export function queryFromDoc(doc: string, minWords = 4): string | undefined {
+  return queryFromDescription(description(doc), minWords);
+}
+
+/**
+ * The question a description in Markdown-like text gives: its first sentence, two when the first
+ * is under eight words; undefined when that is under `minWords` words. Every language's doc
+ * comments end here once their own syntax is gone, so the questions are drawn alike.
+ */
+export function queryFromDescription(text: string, minWords = 4): string | undefined {
   // Paragraphs first: a sentence never runs across a blank line.
-  const paragraphs = description(doc)
+  const paragraphs = text
     .split(/\n\s*\n/)
     .map(plainText)
     .filter(Boolean);

@@ -1,9 +1,10 @@
 /**
- * `npm run eval`: the code-search scoreboard. Real codebases from the npm registry, queries from
- * their doc comments, an index without a single comment built through the real local edge, and
- * Sextant's recall and MRR printed next to BM25's over the same chunks in the same run.
+ * `npm run eval`: the code-search scoreboard. Real codebases from the npm registry and from Debian's
+ * source-carrying packages (Python, Go, Rust), queries from their doc comments and docstrings, an
+ * index without a single comment built through the real local edge, and Sextant's recall and MRR
+ * printed next to BM25's over the same chunks in the same run.
  *
- *   npm run eval -- [--packages a@1.2.3,b@4.5.6] [--from <dir>]... [--limit N] [--json <file>]
+ *   npm run eval -- [--packages a@1.2.3,python3-dateutil@2.8.2-2] [--from <dir>]... [--limit N] [--json <file>]
  *                   [--workdir <dir>] [--check]
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -12,9 +13,18 @@ import { basename, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { startEdge } from "./edge.js";
 import { evaluateCodebase, TOP_K, type CodebaseReport } from "./evaluate.js";
+import { extractDeb, fetchDeb } from "./debian.js";
 import { extractTarball, fetchTarball } from "./fetch.js";
 import { score } from "./metrics.js";
-import { EVAL_PACKAGES, guessLayout, mayEvaluate, parseSpec, type EvalPackage } from "./packages.js";
+import {
+  DEBIAN_PACKAGES,
+  EVAL_PACKAGES,
+  guessLayout,
+  isHeldOut,
+  parseSpec,
+  type DebianPackage,
+  type EvalPackage,
+} from "./packages.js";
 import { formatTable, mrrRatio, type CodebaseResult } from "./report.js";
 import { listFiles, type Layout } from "./select.js";
 
@@ -64,15 +74,30 @@ function fromRegistry(pkg: Pick<EvalPackage, "name" | "version"> & Partial<Layou
   };
 }
 
+function fromDebian(pkg: DebianPackage): Codebase {
+  return {
+    label: `${pkg.name}@${pkg.version}`,
+    load: async (dest) => {
+      await extractDeb(await fetchDeb(pkg), dest);
+      // A package may carry a copy of another's code: none of it may be held out.
+      const heldOut = listFiles(dest).find(isHeldOut);
+      if (heldOut) throw new Error(`${pkg.name}: ${heldOut} is held out for independent checks.`);
+      return { dir: dest, layout: { roots: pkg.roots, exclude: pkg.exclude } };
+    },
+  };
+}
+
 function codebases(): Codebase[] {
   const local = args.from.map((dir) => ({
     label: basename(resolve(dir)),
     load: async () => ({ dir: resolve(dir), layout: guessLayout(listFiles(resolve(dir))) }),
   }));
-  if (args.packages === undefined) return local.length > 0 ? local : EVAL_PACKAGES.map(fromRegistry);
+  if (args.packages === undefined)
+    return local.length > 0 ? local : [...EVAL_PACKAGES.map(fromRegistry), ...DEBIAN_PACKAGES.map(fromDebian)];
   const packages = args.packages.split(",").map((spec) => {
     const { name, version } = parseSpec(spec.trim());
-    if (!mayEvaluate(name)) throw new Error(`${name} is held out for independent checks and never evaluated here.`);
+    const debian = DEBIAN_PACKAGES.find((p) => p.name === name);
+    if (debian) return fromDebian(debian);
     const pinned = EVAL_PACKAGES.find((p) => p.name === name && p.version === version);
     return fromRegistry(pinned ?? { name, version });
   });

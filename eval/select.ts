@@ -3,6 +3,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { languageOf } from "../client/index/languages.js";
 import { DEFAULT_MAX_FILE_BYTES } from "../client/workspace/scanner.js";
+import { DOC_STYLES } from "./doc-styles.js";
 
 export interface SourceFile {
   /** Relative to the package root, with `/`. */
@@ -15,8 +16,8 @@ export interface Layout {
   exclude: readonly string[];
 }
 
-const JS_TS = new Set(["javascript", "typescript", "tsx"]);
-const TEST_PATH = /(^|\/)(__tests__|__mocks__|tests?|specs?|fixtures?|benchmarks?|examples?)\/|\.(test|spec)\.[^/]+$/;
+const TEST_PATH =
+  /(^|\/)(__tests__|__mocks__|tests?|specs?|fixtures?|benchmarks?|benches|examples?|testdata)\/|\.(test|spec)\.[^/]+$|_test\.(go|py)$|(^|\/)(test_[^/]*\.py|conftest\.py)$/;
 const DECLARATIONS = /\.d\.[mc]?ts$/;
 const MINIFIED_NAME = /[.-]min\.[mc]?js$/;
 
@@ -35,7 +36,8 @@ export function listFiles(dir: string): string[] {
 }
 
 /**
- * The JavaScript and TypeScript sources of a package worth searching: under its source roots,
+ * The sources of a package worth searching, in the languages the eval reads docs of (JavaScript,
+ * TypeScript, Python, Go, Rust): under its source roots,
  * without type declarations, tests, minified files or files the scanner would skip for size. Files
  * with identical content (async ships `every.js` and `all.js` as two copies) are kept once, by the
  * first path, since a query could not tell them apart.
@@ -45,7 +47,7 @@ export function selectSources(dir: string, layout: Layout): SourceFile[] {
   const files: SourceFile[] = [];
   for (const path of listFiles(dir)) {
     const language = languageOf(path);
-    if (!language || !JS_TS.has(language)) continue;
+    if (!language || !DOC_STYLES[language]) continue;
     if (!layout.roots.some((root) => path.startsWith(root))) continue;
     if (layout.exclude.some((prefix) => path.startsWith(prefix))) continue;
     if (DECLARATIONS.test(path) || MINIFIED_NAME.test(path) || TEST_PATH.test(path)) continue;

@@ -26,22 +26,47 @@ export function comments(tree: Tree): Node[] {
   return found;
 }
 
+/** A span of a file the indexed copy leaves out, and what stands in its place (nothing, by default). */
+export interface Removal {
+  startIndex: number;
+  endIndex: number;
+  standIn?: string;
+}
+
 /**
- * The text with every comment removed and every line kept: a comment spanning lines becomes its
- * line breaks, one within a line becomes a space (so `a/*x*\/b` cannot fuse into one token).
- * Positions are UTF-16 offsets, as web-tree-sitter reports them for JavaScript strings.
+ * The text with every removal made (in document order) and every line kept: a span across lines
+ * becomes its stand-in and its line breaks, one within a line its stand-in or else a space (so
+ * `a/*x*\/b` cannot fuse into one token). Positions are UTF-16 offsets, as web-tree-sitter reports
+ * them for JavaScript strings.
  */
-export function stripComments(text: string, nodes: readonly Node[]): string {
+export function stripComments(text: string, removals: readonly Removal[]): string {
   let out = "";
   let at = 0;
-  for (const node of nodes) {
-    out += text.slice(at, node.startIndex);
-    const removed = text.slice(node.startIndex, node.endIndex);
+  for (const removal of removals) {
+    out += text.slice(at, removal.startIndex);
+    const removed = text.slice(removal.startIndex, removal.endIndex);
     const breaks = removed.match(/\r?\n/g);
-    out += breaks ? breaks.join("") : " ";
-    at = node.endIndex;
+    out += (removal.standIn ?? "") + (breaks ? breaks.join("") : removal.standIn ? "" : " ");
+    at = removal.endIndex;
   }
   return out + text.slice(at);
+}
+
+/** The named children of a node, without the nulls web-tree-sitter's typing allows. */
+export const namedChildren = (node: Node): Node[] => node.namedChildren.filter((c): c is Node => c !== null);
+
+/**
+ * Every node below `root` whose type is in `types`, outermost first, in document order; the
+ * search goes on inside a match (a method inside a class).
+ */
+export function descendants(root: Node, types: ReadonlySet<string>): Node[] {
+  const found: Node[] = [];
+  const visit = (node: Node) => {
+    if (types.has(node.type)) found.push(node);
+    for (const child of namedChildren(node)) visit(child);
+  };
+  visit(root);
+  return found;
 }
 
 /** A documented definition: its doc comment and the lines it spans (1-based, inclusive). */
