@@ -12,7 +12,7 @@ import { makeTree } from "../support/fixture.js";
 const ROOT = new URL("../../", import.meta.url).pathname;
 const TSX = createRequire(import.meta.url).resolve("tsx/cli");
 
-/** A tiny library: documented functions, a class, a CommonJS assignment, and comments to strip. */
+/** A tiny library: documented functions, a class, a CommonJS assignment, a Python docstring, comments to strip. */
 const LIBRARY = {
   "src/geometry.ts": `import { hypot } from "./math";
 
@@ -57,6 +57,14 @@ export const HELP = "Reverses the order of the words in a sentence.";
 exports.reverseWords = function reverseWords(sentence) {
   return sentence.split(" ").reverse().join(" ");
 };
+`,
+  "src/stats.py": `def median(values):
+    """Find the middle value of a list of numbers once they are sorted.
+
+    :param values: a non-empty list
+    """
+    ordered = sorted(values)  # lynx: a Python comment to strip
+    return ordered[int(len(ordered) / 2)]
 `,
   "src/queue.ts": `/** A first-in, first-out queue of pending jobs with a fixed capacity. */
 export class JobQueue<T> {
@@ -113,12 +121,12 @@ describe("npm run eval (smoke)", () => {
 
     const results = JSON.parse(readFileSync(json, "utf8"));
     const [codebase] = results.codebases;
-    expect(codebase.files).toBe(4);
+    expect(codebase.files).toBe(5);
     expect(codebase.chunks).toBeGreaterThan(0);
     expect(codebase.documented).toMatchObject({ tooShort: 1, verbatim: 1 });
-    expect(codebase.queries.length).toBe(7);
+    expect(codebase.queries.length).toBe(8);
     for (const system of [codebase.sextant, codebase.bm25]) {
-      expect(system.queries).toBe(7);
+      expect(system.queries).toBe(8);
       for (const key of ["recallAt1", "recallAt5", "recallAt10", "mrrAt10"]) {
         expect(system[key]).toBeGreaterThanOrEqual(0);
         expect(system[key]).toBeLessThanOrEqual(1);
@@ -133,11 +141,23 @@ describe("npm run eval (smoke)", () => {
 
     const indexedDir = join(workdir, "indexed-0", basename(library));
     const indexed = listFiles(indexedDir).map((path) => readFileSync(join(indexedDir, path), "utf8"));
-    expect(indexed).toHaveLength(4);
+    expect(indexed).toHaveLength(5);
     const everything = indexed.join("\n");
-    for (const comment of ["/*", "//", "zebra", "tiger", "straight-line", "@param", "first-in", "oldest job"])
+    for (const comment of [
+      "/*",
+      "//",
+      "zebra",
+      "tiger",
+      "straight-line",
+      "@param",
+      "first-in",
+      "oldest job",
+      '"""',
+      "lynx",
+    ])
       expect(everything).not.toContain(comment);
     expect(everything).toContain("export function distance(a: Point, b: Point): number {");
+    expect(everything).toContain("def median(values):\n    ...\n");
     // Lines are kept, so a definition's range is the same in the indexed copy.
     expect(indexed[0]!.split("\n").length).toBe(LIBRARY["src/geometry.ts"].split("\n").length);
   }, 120_000);
