@@ -1,11 +1,12 @@
 /**
  * The baseline: Okapi BM25 as Lucene scores it (idf = ln(1 + (N - n + 0.5) / (n + 0.5)), k1 = 1.2,
  * b = 0.75), over a plain analyzer: lower-case, split on anything that is not a letter or digit,
- * English stop words removed, no identifier splitting and no stemming. Written out here because the
+ * English stop words removed, no stemming, and (unless asked) no identifier splitting. Written out here because the
  * npm packages fall short of that: okapibm25 matches terms as substrings, minisearch measures a
  * document by its distinct words, wink-bm25-text-search installs an NLP model it would not use. The
  * textbook formula fits in a few lines, and nobody has to wonder what the baseline was.
  */
+import { splitIdentifier } from "../protocol/embedder/tokens.js";
 
 /** Lucene's English stop set (`EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`). */
 const STOP_WORDS = new Set(
@@ -15,16 +16,24 @@ const STOP_WORDS = new Set(
   ).split(" "),
 );
 
-export function analyze(text: string): string[] {
-  return text
-    .toLowerCase()
-    .split(/[^\p{L}\p{N}]+/u)
-    .filter((token) => token !== "" && !STOP_WORDS.has(token));
+export function analyze(text: string, options: { splitIdentifiers?: boolean } = {}): string[] {
+  const words = text.split(/[^\p{L}\p{N}]+/u).filter((word) => word !== "");
+  const tokens = options.splitIdentifiers
+    ? words.flatMap((word) => {
+        // The word's parts as Sextant's own tokens split them (camelCase, PascalCase, digits), and the whole word.
+        const parts = splitIdentifier(word);
+        const whole = word.toLowerCase();
+        return parts.length > 1 ? [whole, ...parts] : [whole];
+      })
+    : words.map((word) => word.toLowerCase());
+  return tokens.filter((token) => !STOP_WORDS.has(token));
 }
 
 export interface Bm25Options {
   k1?: number;
   b?: number;
+  /** Identifiers also count as their words (`parseConfig` as parse and config): the baseline the code-aware index is held to. */
+  splitIdentifiers?: boolean;
 }
 
 export interface Scored {
@@ -38,12 +47,14 @@ export class Bm25Index {
   readonly #avgLength: number;
   readonly #k1: number;
   readonly #b: number;
+  readonly #split: boolean;
 
   constructor(docs: readonly string[], options: Bm25Options = {}) {
     this.#k1 = options.k1 ?? 1.2;
     this.#b = options.b ?? 0.75;
+    this.#split = options.splitIdentifiers ?? false;
     docs.forEach((text, doc) => {
-      const tokens = analyze(text);
+      const tokens = analyze(text, { splitIdentifiers: this.#split });
       this.#lengths.push(tokens.length);
       for (const token of tokens) {
         let posting = this.#postings.get(token);
@@ -67,7 +78,7 @@ export class Bm25Index {
    */
   search(query: string, limit: number): Scored[] {
     const scores = new Map<number, number>();
-    for (const term of analyze(query)) {
+    for (const term of analyze(query, { splitIdentifiers: this.#split })) {
       const posting = this.#postings.get(term);
       if (!posting) continue;
       const idf = this.idf(term);

@@ -15,6 +15,8 @@ export interface QueryResult extends EvalQuery {
   bm25: { rank: number | null; results: ScoredResult[] };
   /** BM25 with each chunk's file path in its text: the words Sextant's keyed path terms give it. */
   bm25Path: { rank: number | null; results: ScoredResult[] };
+  /** BM25 with paths whose identifiers also count as their words: the chunks as a code-aware index sees them. */
+  bm25Split: { rank: number | null; results: ScoredResult[] };
 }
 
 export interface CodebaseReport extends CodebaseResult {
@@ -68,6 +70,10 @@ export async function evaluateCodebase(
 
   const bm25 = new Bm25Index(chunks.map((c) => c.text));
   const bm25Path = new Bm25Index(chunks.map((c) => `${c.path}\n${c.text}`));
+  const bm25Split = new Bm25Index(
+    chunks.map((c) => `${c.path}\n${c.text}`),
+    { splitIdentifiers: true },
+  );
   const ranked = (index: Bm25Index, text: string) =>
     index.search(text, TOP_K).map(({ doc, score }) => {
       const { path, startLine, endLine } = chunks[doc]!;
@@ -77,11 +83,13 @@ export async function evaluateCodebase(
     const fromSextant = await searchSextant(session.sextant, ws, query.text, TOP_K);
     const fromBm25 = ranked(bm25, query.text);
     const fromBm25Path = ranked(bm25Path, query.text);
+    const fromBm25Split = ranked(bm25Split, query.text);
     return {
       ...query,
       sextant: { rank: firstHit(fromSextant, query.targets, TOP_K), results: fromSextant },
       bm25: { rank: firstHit(fromBm25, query.targets, TOP_K), results: fromBm25 },
       bm25Path: { rank: firstHit(fromBm25Path, query.targets, TOP_K), results: fromBm25Path },
+      bm25Split: { rank: firstHit(fromBm25Split, query.targets, TOP_K), results: fromBm25Split },
     };
   });
   return {
@@ -91,6 +99,7 @@ export async function evaluateCodebase(
     sextant: score(results.map((r) => r.sextant.rank)),
     bm25: score(results.map((r) => r.bm25.rank)),
     bm25Path: score(results.map((r) => r.bm25Path.rank)),
+    bm25Split: score(results.map((r) => r.bm25Split.rank)),
     documented: {
       queries: corpus.queries.length,
       tooShort: corpus.tooShort,

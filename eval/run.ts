@@ -113,6 +113,7 @@ function overall(reports: readonly CodebaseReport[]): CodebaseResult {
     sextant: score(all.map((q) => q.sextant.rank)),
     bm25: score(all.map((q) => q.bm25.rank)),
     bm25Path: score(all.map((q) => q.bm25Path.rank)),
+    bm25Split: score(all.map((q) => q.bm25Split.rank)),
   };
 }
 

@@ -115,7 +115,9 @@ describe("npm run eval (smoke)", () => {
 
     expect(run.stdout).toContain("Command: npx tsx eval/run.ts --from");
     const header = run.stdout.split("\n").find((line) => line.startsWith("codebase"));
-    expect(header).toMatch(/Sextant MRR@10.*BM25 R@1.*BM25 MRR@10.*MRR ratio/);
+    expect(header).toMatch(
+      /Sextant MRR@10.*BM25 R@1.*BM25 MRR@10.*MRR ratio.*BM25\+path MRR@10.*BM25\+path\+split MRR@10/,
+    );
     const row = run.stdout.split("\n").find((line) => line.startsWith(basename(library)));
     expect(row).toBeDefined();
 
@@ -173,6 +175,21 @@ describe("npm run eval (smoke)", () => {
     expect(top!.score).toBeCloseTo((idf * 2 * 2.2) / (2 + 1.2), 10);
     expect(index.search("banana", 3).map((s) => s.doc)).toEqual([1, 0]);
     expect(index.search("the of", 3)).toEqual([]);
+  });
+
+  it("splits identifiers into their words for the code-aware baseline, keeping the whole identifier", () => {
+    expect(analyze("The parseURL() of a file_name, 2x", { splitIdentifiers: true })).toEqual([
+      "parseurl",
+      "parse",
+      "url",
+      "file",
+      "name",
+      "2x",
+    ]);
+    const docs = ["export function readConfigFile(path) {}", "export function parseUrl(text) {}"];
+    // A question in plain words finds the camelCase definition only when identifiers are split.
+    expect(new Bm25Index(docs).search("read the config file", 2)).toEqual([]);
+    expect(new Bm25Index(docs, { splitIdentifiers: true }).search("read the config file", 2)[0]!.doc).toBe(0);
   });
 
   it("turns a JSDoc comment into a plain question", () => {
