@@ -1,19 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { makeTree } from "../support/fixture.js";
-import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
+import { edgeWithCliForSuite } from "../support/local-edge.js";
 
 /** An edge whose `MAX_BODY_BYTES` is below the client's default: the client sizes its requests to it. */
 describe("syncing to an edge with a small body limit", () => {
   const LIMIT = 256 * 1024;
-  let edge: LocalEdge;
-  let cli: (args: string[]) => ReturnType<typeof sextant>;
-
-  beforeAll(async () => {
-    ({ edge, cli } = await startEdgeWithCli({ MAX_BODY_BYTES: String(LIMIT) }));
-  });
-  afterAll(async () => {
-    await edge?.stop();
-  });
+  const { cli } = edgeWithCliForSuite({ MAX_BODY_BYTES: String(LIMIT) });
 
   it("learns the limit from the edge and stages a file's chunks over requests that each fit it", () => {
     const files: Record<string, string> = {

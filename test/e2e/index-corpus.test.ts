@@ -2,8 +2,8 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
+import { describe, expect, it } from "vitest";
+import { edgeWithCliForSuite } from "../support/local-edge.js";
 
 /** Permissions do not stop root: the unreadable file is only part of the corpus for an ordinary user. */
 const CAN_LOCK = process.getuid?.() !== 0;
@@ -69,15 +69,7 @@ function hostileCorpus(): { root: string; indexed: string[] } {
 }
 
 describe("indexing a corpus of hostile names and file kinds", () => {
-  let edge: LocalEdge;
-  let cli: (args: string[]) => ReturnType<typeof sextant>;
-
-  beforeAll(async () => {
-    ({ edge, cli } = await startEdgeWithCli());
-  });
-  afterAll(async () => {
-    await edge?.stop();
-  });
+  const { cli } = edgeWithCliForSuite();
 
   it("completes, indexes every ordinary file, and names everything it skipped", () => {
     const { root, indexed } = hostileCorpus();

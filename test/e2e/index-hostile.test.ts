@@ -1,26 +1,18 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Sextant } from "../../client/sdk/client.js";
 import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { makeTree } from "../support/fixture.js";
-import { savedLocalEdge, sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
+import { savedLocalEdge, edgeWithCliForSuite } from "../support/local-edge.js";
 
 /** `sextant index` on trees with files a sync cannot carry: each is skipped and named, never fatal. */
 describe("indexing hostile trees", () => {
-  let edge: LocalEdge;
-  let cli: (args: string[]) => ReturnType<typeof sextant>;
-  let env: Record<string, string>;
+  const suite = edgeWithCliForSuite();
+  const cli = suite.cli;
   const workspaceIds = () =>
     (JSON.parse(cli(["--json", "workspace", "list"]).stdout) as { id: string }[]).map((w) => w.id).sort();
-
-  beforeAll(async () => {
-    ({ edge, env, cli } = await startEdgeWithCli());
-  });
-  afterAll(async () => {
-    await edge?.stop();
-  });
 
   it("skips a path too deep for the protocol and a file too large, names both, and syncs the rest", () => {
     const deep = Array.from({ length: 200 }, () => "d").join("/");
@@ -89,10 +81,14 @@ describe("indexing hostile trees", () => {
   });
 
   it("creates a workspace only once its first scan succeeded", async () => {
-    vi.stubEnv("SEXTANT_CONFIG_DIR", env.SEXTANT_CONFIG_DIR!);
-    vi.stubEnv("SEXTANT_CACHE_DIR", env.SEXTANT_CACHE_DIR!);
+    vi.stubEnv("SEXTANT_CONFIG_DIR", suite.env.SEXTANT_CONFIG_DIR!);
+    vi.stubEnv("SEXTANT_CACHE_DIR", suite.env.SEXTANT_CACHE_DIR!);
     try {
-      const sdk = new Sextant({ apiKey: savedLocalEdge(edge).apiKey, baseURL: edge.baseURL, maxRetries: 0 });
+      const sdk = new Sextant({
+        apiKey: savedLocalEdge(suite.edge).apiKey,
+        baseURL: suite.edge.baseURL,
+        maxRetries: 0,
+      });
       const before = workspaceIds();
       const dir = makeTree({ "a.ts": "a" });
       const ws = await openWorkspace(sdk, dir, { create: true });

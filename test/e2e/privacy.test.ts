@@ -1,8 +1,8 @@
 import { readdirSync, rmSync } from "node:fs";
 import { basename, extname, join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { makeTree } from "../support/fixture.js";
-import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
+import { edgeWithCliForSuite } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
 /** A small repository whose every line, identifier and file name is distinctive. */
@@ -68,15 +68,8 @@ function needles(files: Record<string, string>): string[] {
 }
 
 describe("no code at rest", () => {
-  let edge: LocalEdge;
-  let cli: (args: string[]) => ReturnType<typeof sextant>;
-
-  beforeAll(async () => {
-    ({ edge, cli } = await startEdgeWithCli());
-  });
-  afterAll(async () => {
-    await edge?.stop();
-  });
+  const suite = edgeWithCliForSuite();
+  const cli = suite.cli;
 
   it("indexes a repository, then finds none of its lines, identifiers or file names in storage or logs", () => {
     const dir = makeTree(FIXTURE);
@@ -90,8 +83,8 @@ describe("no code at rest", () => {
 
     const all = needles(FIXTURE);
     expect(all.length).toBeGreaterThan(60);
-    expect(scanDirectoryFor(edge.persistTo, all)).toEqual([]);
-    const logs = edge.output();
+    expect(scanDirectoryFor(suite.edge.persistTo, all)).toEqual([]);
+    const logs = suite.edge.output();
     expect(all.filter((needle) => logs.includes(needle))).toEqual([]);
 
     // Deleting a file removes it from search; deleting the workspace removes its index from R2.
@@ -100,7 +93,7 @@ describe("no code at rest", () => {
     const after = JSON.parse(cli(["--json", "search", "combine bias frames rejecting outliers", dir]).stdout);
     expect(after.map((h: { path: string }) => h.path)).not.toContain("observatory/calibration/bias_frames.py");
 
-    const r2 = join(edge.persistTo, "v3", "r2");
+    const r2 = join(suite.edge.persistTo, "v3", "r2");
     const blobs = () => readdirSync(join(r2, "sextant-index", "blobs")).length;
     expect(blobs()).toBeGreaterThan(0);
     expect(cli(["workspace", "delete", dir, "--yes"]).code).toBe(0);

@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
+import { afterAll, beforeAll } from "vitest";
 import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 import { EDGE_LOG_DIR } from "../../scripts/runtime-log-scan.js";
@@ -287,4 +288,35 @@ export async function startEdgeWithCli(vars?: Record<string, string>): Promise<{
   const edge = await startLocalEdge(vars ? { vars } : {});
   const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
   return { edge, env, cli: (args) => sextant(args, env) };
+}
+
+/**
+ * `startEdgeWithCli` for the enclosing `describe`: the edge starts before its tests and stops after
+ * them. Read `edge` and `env` inside the tests (they are set once the edge has started).
+ */
+export function edgeWithCliForSuite(vars?: Record<string, string>): {
+  readonly edge: LocalEdge;
+  readonly env: Record<string, string>;
+  cli: (args: string[]) => CliResult;
+} {
+  let started: Awaited<ReturnType<typeof startEdgeWithCli>> | undefined;
+  beforeAll(async () => {
+    started = await startEdgeWithCli(vars);
+  });
+  afterAll(async () => {
+    await started?.edge.stop();
+  });
+  const get = () => {
+    if (!started) throw new Error("the suite's edge has not started");
+    return started;
+  };
+  return {
+    get edge() {
+      return get().edge;
+    },
+    get env() {
+      return get().env;
+    },
+    cli: (args) => get().cli(args),
+  };
 }

@@ -8,7 +8,6 @@ import { ApiError } from "../problem.js";
 import { later } from "../later.js";
 import {
   HEARTBEAT,
-  continuation,
   encoder,
   errorEvent,
   parseEvent,
