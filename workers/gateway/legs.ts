@@ -100,10 +100,6 @@ export interface Attempt {
   result: Promise<Outcome>;
 }
 
-export const encoder = new TextEncoder();
-
-export const HEARTBEAT = new TextEncoder().encode(":\n\n");
-
 /** The resolved endpoints of the request's pool. */
 export const peers = (req: ProxyRequest): ResolvedEndpoint[] =>
   req.pool.endpoints.map((e) => req.gateway.endpoints.get(e.id)!);
@@ -143,23 +139,9 @@ export function parseEvent(data: string): { value: Record<string, unknown> } | {
   return { value: value as Record<string, unknown> };
 }
 
-export function usageOf(value: unknown): Usage | undefined {
-  if (!value || typeof value !== "object") return undefined;
-  const usage = (value as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } }).usage;
-  if (!usage || typeof usage !== "object") return undefined;
-  return {
-    promptTokens: typeof usage.prompt_tokens === "number" ? usage.prompt_tokens : 0,
-    completionTokens: typeof usage.completion_tokens === "number" ? usage.completion_tokens : 0,
-  };
-}
-
 export function errorEvent(code: string, message: string, requestId: string): string {
   return `event: error\ndata: ${JSON.stringify({ error: { message, type: code, code, request_id: requestId } })}\n\n`;
 }
-
-/** How a stream that broke after its first token is reported to the client, and to the logs. */
-export type BreakCode = "upstream_failure" | "upstream_timeout";
-export type BreakReason = "error-event" | "gap-timeout" | "ended-early" | "broken-stream";
 
 /** The attempt that answered, and how to give its endpoint slot back. */
 export interface Win {
@@ -167,6 +149,16 @@ export interface Win {
   outcome: StreamWin | JsonWin;
   release: () => void;
 }
+
+/** One backend's part of a streamed answer. */
+export interface Leg {
+  a: Attempt;
+  outcome: StreamWin;
+  release: () => void;
+}
+
+/** Resumes a tab completion that broke after its first token, on another endpoint. */
+export type Resume = (sent: string, tokens: number, failedOn: Attempt) => Promise<Leg | undefined>;
 
 /** A tab completion's body to continue after `sent` (the text already streamed, `tokens` events). */
 export function continuation(req: ProxyRequest, sent: string, tokens: number): Record<string, unknown> | undefined {
@@ -177,16 +169,3 @@ export function continuation(req: ProxyRequest, sent: string, tokens: number): R
   if (max !== undefined && max - tokens < 1) return undefined;
   return { ...body, prompt: prompt + sent, ...(max !== undefined ? { max_tokens: max - tokens } : {}) };
 }
-
-/** One backend's part of a streamed answer. */
-export interface Leg {
-  a: Attempt;
-  outcome: StreamWin;
-  release: () => void;
-}
-
-/** Which backend serves a stream, as an SSE comment (clients ignore comments). */
-export const served = (endpoint: ResolvedEndpoint) => `: backend=${endpoint.id} region=${endpoint.region}\n\n`;
-
-/** Resumes a tab completion that broke after its first token, on another endpoint. */
-export type Resume = (sent: string, tokens: number, failedOn: Attempt) => Promise<Leg | undefined>;

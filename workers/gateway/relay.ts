@@ -5,17 +5,12 @@
  * event, never a silent truncation.
  */
 import { ApiError } from "../problem.js";
+import type { ResolvedEndpoint } from "./config.js";
 import { later } from "../later.js";
 import {
-  HEARTBEAT,
-  encoder,
   errorEvent,
   parseEvent,
   peers,
-  served,
-  usageOf,
-  type BreakCode,
-  type BreakReason,
   type Finish,
   type Leg,
   type ProxyRequest,
@@ -24,6 +19,27 @@ import {
   type Usage,
   type Win,
 } from "./legs.js";
+
+const encoder = new TextEncoder();
+
+const HEARTBEAT = new TextEncoder().encode(":\n\n");
+
+/** Which backend serves a stream, as an SSE comment (clients ignore comments). */
+const served = (endpoint: ResolvedEndpoint) => `: backend=${endpoint.id} region=${endpoint.region}\n\n`;
+
+/** How a stream that broke after its first token is reported to the client, and to the logs. */
+type BreakCode = "upstream_failure" | "upstream_timeout";
+type BreakReason = "error-event" | "gap-timeout" | "ended-early" | "broken-stream";
+
+function usageOf(value: unknown): Usage | undefined {
+  if (!value || typeof value !== "object") return undefined;
+  const usage = (value as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } }).usage;
+  if (!usage || typeof usage !== "object") return undefined;
+  return {
+    promptTokens: typeof usage.prompt_tokens === "number" ? usage.prompt_tokens : 0,
+    completionTokens: typeof usage.completion_tokens === "number" ? usage.completion_tokens : 0,
+  };
+}
 
 interface RelayState {
   /** The first event's id, kept on every event so a resumed stream looks like one. */
