@@ -136,6 +136,20 @@ describe("capacity, classes and slow start", () => {
     expect(balancer.acquire(pool, [one], "tab", 0)).toBeUndefined();
   });
 
+  it("tells a request waiting for a slot that one was released, and one waiting too long that none was", async () => {
+    const { balancer, pool, endpoints } = setup({}, { endpoints: [endpoint("one", "us-east", VIRGINIA, 1)] });
+    const one = endpoints.get("one")!;
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
+    expect(await balancer.waitForSlot(10)).toBe(false);
+    const waiting = balancer.waitForSlot(60_000);
+    balancer.release(pool, one);
+    expect(await waiting).toBe(true);
+    const aborted = new AbortController();
+    const cancelled = balancer.waitForSlot(60_000, aborted.signal);
+    aborted.abort();
+    expect(await cancelled).toBe(false);
+  });
+
   it("lets a class use all of an endpoint that no higher class shares", () => {
     const { balancer, pool, endpoints } = setup({}, { endpoints: [endpoint("one", "us-east", VIRGINIA, 8)] });
     const embedOnly = { ...endpoints.get("one")!, topClass: "background" as const };

@@ -71,6 +71,9 @@ export type Admission =
   | { ok: true; capacityShare: number }
   | { ok: false; reason: "class_budget" | "pool_down" | "ramp" | "no_capacity"; retryAfterSeconds: number };
 
+/** How often a request waiting for a slot looks for one freed. */
+const SLOT_POLL_MS = 5;
+
 export class Balancer {
   readonly endpoints = new Map<string, EndpointState>();
   readonly classInflight: Record<PriorityClass, number> = { tab: 0, chat: 0, apply: 0, background: 0 };
@@ -78,7 +81,8 @@ export class Balancer {
   private readonly retryBudgets = new Map<string, { tokens: number; recent: number; at: number }>();
   snapshot: HealthSnapshot | null = null;
   snapshotAt = 0;
-  private waiters: (() => void)[] = [];
+  /** Slots released in this isolate so far: a waiting request sees one freed by comparing. */
+  private releases = 0;
 
   constructor(readonly config: GatewayConfig) {}
 
@@ -194,26 +198,35 @@ export class Balancer {
   release(pool: ResolvedPool, endpoint: ResolvedEndpoint): void {
     this.state(endpoint.id).inflight--;
     this.poolInflight.set(pool.name, (this.poolInflight.get(pool.name) ?? 1) - 1);
-    const waiter = this.waiters.shift();
-    waiter?.();
+    this.releases++;
   }
 
-  /** Waits until some endpoint slot is released, or `ms` pass; true when woken by a release. */
+  /**
+   * Waits until some endpoint slot is released, or `ms` pass; true when a release came. The waiting
+   * request looks for a release on its own timer rather than being woken by the request that
+   * released: a promise settled from another request's context does not count as the waiting
+   * request's own I/O, and the runtime may cancel it as hung meanwhile.
+   */
   waitForSlot(ms: number, signal?: AbortSignal): Promise<boolean> {
+    const seen = this.releases;
+    const deadline = Date.now() + ms;
     return new Promise((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const done = (released: boolean) => {
+        if (timer !== undefined) clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
-        resolve(true);
+        resolve(released);
       };
-      const onAbort = () => {
-        this.waiters = this.waiters.filter((w) => w !== wake);
-        clearTimeout(timer);
-        resolve(false);
+      const onAbort = () => done(false);
+      const check = () => {
+        if (this.releases !== seen) return done(true);
+        const left = deadline - Date.now();
+        if (left <= 0) return done(false);
+        timer = setTimeout(check, Math.min(SLOT_POLL_MS, left));
       };
-      const timer = setTimeout(onAbort, ms);
+      if (signal?.aborted) return done(false);
       signal?.addEventListener("abort", onAbort, { once: true });
-      this.waiters.push(wake);
+      timer = setTimeout(check, Math.min(SLOT_POLL_MS, ms));
     });
   }
 
