@@ -1,0 +1,161 @@
+/**
+ * The dev eval's codebases (ramda, rxjs, async, and the Debian Python, Go and Rust ones), scored
+ * offline: the same questions and comment-free chunks `npm run eval` builds, ranked by the model
+ * alone, by the identifier-split BM25 baseline, and by the two fused as the Workspace object fuses
+ * its channels. It runs in seconds, not through the edge, so training can report it after every
+ * epoch; `npm run eval` remains the figure of record. Never a training set: these codebases are
+ * only ever evaluated.
+ */
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chunkFile } from "../client/index/chunker.js";
+import { uploadable } from "../client/workspace/upload.js";
+import { Bm25Index } from "../eval/bm25.js";
+import { buildCorpus, type EvalQuery } from "../eval/corpus.js";
+import { extractDeb, fetchDeb } from "../eval/debian.js";
+import { extractTarball, fetchTarball } from "../eval/fetch.js";
+import { firstHit, score } from "../eval/metrics.js";
+import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
+import { listFiles, selectSources, type Layout } from "../eval/select.js";
+import { embedStatic, ModelTokenizer, type StaticModel } from "../protocol/embedder/static.js";
+
+export interface DevChunk {
+  path: string;
+  startLine: number;
+  endLine: number;
+  text: string;
+}
+
+export interface DevCodebase {
+  label: string;
+  chunks: DevChunk[];
+  queries: EvalQuery[];
+  bm25: Bm25Index;
+}
+
+const TOP_K = 10;
+const CANDIDATES = 50;
+
+async function load(label: string, unpack: (dest: string) => Promise<Layout>): Promise<DevCodebase> {
+  const work = mkdtempSync(join(tmpdir(), "sextant-dev-eval-"));
+  try {
+    const source = join(work, "source");
+    const layout = await unpack(source);
+    const stripped = join(work, "stripped");
+    const corpus = await buildCorpus(selectSources(source, layout), stripped);
+    const chunks: DevChunk[] = [];
+    for (const path of listFiles(stripped)) {
+      const text = readFileSync(join(stripped, path), "utf8");
+      for (const c of uploadable(await chunkFile(path, text)))
+        chunks.push({ path, startLine: c.startLine, endLine: c.endLine, text: c.text });
+    }
+    const indexed = new Set(chunks.map((c) => c.path));
+    const queries = corpus.queries
+      .map((q) => ({ ...q, targets: q.targets.filter((t) => indexed.has(t.path)) }))
+      .filter((q) => q.targets.length > 0);
+    const bm25 = new Bm25Index(
+      chunks.map((c) => `${c.path}\n${c.text}`),
+      { splitIdentifiers: true },
+    );
+    return { label, chunks, queries, bm25 };
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** Every dev codebase, fetched (or taken from the eval's cache) and prepared once. */
+export async function loadDevCodebases(): Promise<DevCodebase[]> {
+  const npm = EVAL_PACKAGES.map((p) =>
+    load(`${p.name}@${p.version}`, async (dest) => {
+      await extractTarball(await fetchTarball(p.name, p.version), dest);
+      return { roots: p.roots, exclude: p.exclude };
+    }),
+  );
+  const debian = DEBIAN_PACKAGES.map((p) =>
+    load(`${p.name}@${p.version}`, async (dest) => {
+      await extractDeb(await fetchDeb(p), dest);
+      return { roots: p.roots, exclude: p.exclude };
+    }),
+  );
+  return Promise.all([...npm, ...debian]);
+}
+
+export interface DevScores {
+  label: string;
+  queries: number;
+  model: number;
+  bm25: number;
+  /** MRR@10 of the fusion at each lexical weight tried. */
+  fused: Map<number, number>;
+}
+
+/** Reciprocal rank fusion, as `durable-objects/fusion.ts` does it. */
+function fuse(lists: readonly { ids: readonly number[]; weight: number }[]): number[] {
+  const scores = new Map<number, number>();
+  for (const { ids, weight } of lists)
+    ids.forEach((id, r) => scores.set(id, (scores.get(id) ?? 0) + weight / (61 + r)));
+  return [...scores].sort((a, b) => b[1] - a[1] || a[0] - b[0]).map(([id]) => id);
+}
+
+export function evaluateModel(
+  model: StaticModel,
+  codebase: DevCodebase,
+  lexicalWeights: readonly number[] = [0.5, 1, 2],
+): DevScores {
+  const tokenizer = new ModelTokenizer();
+  const dims = model.dims;
+  const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
+  const ranks = { model: [] as (number | null)[], bm25: [] as (number | null)[] };
+  const fusedRanks = new Map(lexicalWeights.map((w) => [w, [] as (number | null)[]]));
+  const at = (ids: readonly number[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[i]!);
+  for (const query of codebase.queries) {
+    const q = embedStatic(model, query.text, "query", tokenizer);
+    const sims = vectors.map((v, i) => {
+      let dot = 0;
+      for (let d = 0; d < dims; d++) dot += v[d]! * q[d]!;
+      return [i, dot] as const;
+    });
+    const byModel = sims
+      .sort((a, b) => b[1] - a[1] || a[0] - b[0])
+      .slice(0, CANDIDATES)
+      .map(([i]) => i);
+    const byBm25 = codebase.bm25.search(query.text, CANDIDATES).map((h) => h.doc);
+    ranks.model.push(firstHit(at(byModel), query.targets));
+    ranks.bm25.push(firstHit(at(byBm25), query.targets));
+    for (const w of lexicalWeights)
+      fusedRanks.get(w)!.push(
+        firstHit(
+          at(
+            fuse([
+              { ids: byModel, weight: 1 },
+              { ids: byBm25, weight: w },
+            ]),
+          ),
+          query.targets,
+        ),
+      );
+  }
+  return {
+    label: codebase.label,
+    queries: codebase.queries.length,
+    model: score(ranks.model).mrrAt10,
+    bm25: score(ranks.bm25).mrrAt10,
+    fused: new Map([...fusedRanks].map(([w, r]) => [w, score(r).mrrAt10])),
+  };
+}
+
+export function formatDevScores(rows: readonly DevScores[]): string {
+  const weights = [...(rows[0]?.fused.keys() ?? [])];
+  const head = ["codebase", "queries", "BM25-split", "model", "ratio", ...weights.map((w) => `fused w=${w}`)];
+  const lines = rows.map((r) => [
+    r.label,
+    String(r.queries),
+    r.bm25.toFixed(3),
+    r.model.toFixed(3),
+    `${(r.model / r.bm25).toFixed(2)}x`,
+    ...weights.map((w) => `${r.fused.get(w)!.toFixed(3)} (${(r.fused.get(w)! / r.bm25).toFixed(2)}x)`),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  return [head, ...lines].map((l) => l.map((cell, i) => cell.padEnd(widths[i]!)).join("  ")).join("\n");
+}
