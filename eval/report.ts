@@ -18,6 +18,11 @@ export function mrrRatio(result: Pick<CodebaseResult, "sextant" | "bm25">): numb
   return result.bm25.mrrAt10 > 0 ? result.sextant.mrrAt10 / result.bm25.mrrAt10 : null;
 }
 
+/** Sextant's MRR@10 over the identifier-split BM25's (paths included): the ratio the acceptance bars are set on. */
+export function splitRatio(result: Pick<CodebaseResult, "sextant" | "bm25Split">): number | null {
+  return result.bm25Split.mrrAt10 > 0 ? result.sextant.mrrAt10 / result.bm25Split.mrrAt10 : null;
+}
+
 const f3 = (x: number) => x.toFixed(3);
 const SCORE_COLUMNS = ["R@1", "R@5", "R@10", "MRR@10"] as const;
 const scoreCells = (s: Scores) => [f3(s.recallAt1), f3(s.recallAt5), f3(s.recallAt10), f3(s.mrrAt10)];
