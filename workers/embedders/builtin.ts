@@ -3,10 +3,12 @@ import { Tokenizer } from "../../protocol/embedder/tokens.js";
 import type { EmbedKind, Embedder } from "./embedder.js";
 
 /**
- * The built-in embedder (hashed code-aware tokens, no network, no weights) behind the common
- * interface. Documents and questions are embedded alike: both are bags of the same tokens.
+ * The first built-in embedder, `sextant-lexical-v1` (hashed code-aware tokens, no network, no
+ * weights), behind the common interface. No longer what `EMBEDDER = "builtin"` selects: it stays to
+ * embed queries for workspaces it indexed. Documents and questions are embedded alike: both are
+ * bags of the same tokens.
  */
-export class BuiltinEmbedder implements Embedder {
+export class LexicalEmbedder implements Embedder {
   readonly model = BUILTIN_MODEL;
   readonly dims = BUILTIN_DIMS;
 

@@ -1,15 +1,18 @@
 import { ConfigError, loadEmbedderConfig, type EmbedderConfig } from "../config.js";
 import { ApiError } from "../problem.js";
-import { BuiltinEmbedder } from "./builtin.js";
+import { BUILTIN_MODEL } from "../../protocol/embedder/builtin.js";
+import { LexicalEmbedder } from "./builtin.js";
 import { EmbeddingError, type Embedder } from "./embedder.js";
 import { OpenAIEmbedder } from "./openai.js";
+import { StaticEmbedder } from "./static.js";
+import { bundledStaticModel } from "./static-model.js";
 
 export { EmbeddingError, type Embedder, type EmbedKind } from "./embedder.js";
 export { embeddingProblem } from "./problem.js";
 
 /** Each `EMBEDDER` value and how to build it from the validated settings. */
 const FACTORIES = {
-  builtin: () => new BuiltinEmbedder(),
+  builtin: () => new StaticEmbedder(bundledStaticModel),
   openai: (config) =>
     new OpenAIEmbedder({
       apiKey: config.EMBEDDING_API_KEY!,
@@ -42,3 +45,23 @@ export function embedderFor(env: Env, requestId: string): Embedder {
   embedders.set(env, embedder);
   return embedder;
 }
+
+const lexical = new LexicalEmbedder();
+
+/**
+ * The embedder that makes vectors of `model`'s space, for a workspace indexed by that model: the
+ * configured one when it is that model, the retired lexical one for `sextant-lexical-v1` (workspaces
+ * indexed before the learned model shipped), otherwise none this edge can run.
+ */
+export function embedderForModel(env: Env, requestId: string, model: string): Embedder | undefined {
+  const configured = embedderFor(env, requestId);
+  if (configured.model === model) return configured;
+  return model === BUILTIN_MODEL ? lexical : undefined;
+}
+
+/**
+ * Whether `embedder` runs in the isolate: embedding a chunk again then costs less than looking its
+ * vector up in the workspace's cache, so the cache is skipped.
+ */
+export const embedsInIsolate = (embedder: Embedder): boolean =>
+  embedder instanceof StaticEmbedder || embedder instanceof LexicalEmbedder;

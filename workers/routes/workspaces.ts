@@ -22,7 +22,7 @@ import type {
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
-import { embedderFor, embeddingProblem, EmbeddingError, type EmbedKind } from "../embedders/index.js";
+import { embedderFor, embeddingProblem, EmbeddingError, embedsInIsolate, type EmbedKind } from "../embedders/index.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "../db/workspaces.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
@@ -30,7 +30,6 @@ import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 import { vectorKey, vectorKeyBytes } from "../vector-key.js";
 import { TermKey } from "../../protocol/keyed-terms.js";
-import { BUILTIN_MODEL } from "../../protocol/embedder/builtin.js";
 
 const notFound = (id: string) => new ApiError("not_found", `No workspace \`${id}\` in your org.`);
 
@@ -128,7 +127,7 @@ async function chunkVectors(
   chunks: { id: string; text: string }[],
 ): Promise<{ vectors: Float32Array[]; cacheModel: string | undefined; reused: number }> {
   const embedder = embedderFor(c.env, c.get("requestId"));
-  const cacheModel = embedder.model === BUILTIN_MODEL ? undefined : embedder.model;
+  const cacheModel = embedsInIsolate(embedder) ? undefined : embedder.model;
   const cached = cacheModel
     ? ((await stub.cachedVectors(
         cacheModel,

@@ -1,0 +1,35 @@
+import { embedStatic, ModelTokenizer, type StaticModel } from "../../protocol/embedder/static.js";
+import type { EmbedKind, Embedder } from "./embedder.js";
+
+/**
+ * The learned built-in embedder (`protocol/embedder/static.ts`): a static embedding model, run in
+ * the isolate with no network. Questions and code are embedded with their own side's token weights.
+ * The model comes from `load`, called on first use, so an isolate that never embeds never parses
+ * it; the edge passes the bundled model (`static-model.ts`), Node tools one read from disk.
+ *
+ * @example
+ * const embedder = new StaticEmbedder(bundledStaticModel);
+ * const [vector] = await embedder.embed(["export function revokeKey() {}"], "document");
+ * vector.length === embedder.dims; // 128
+ */
+export class StaticEmbedder implements Embedder {
+  readonly #load: () => StaticModel;
+
+  constructor(load: () => StaticModel) {
+    this.#load = load;
+  }
+
+  get model(): string {
+    return this.#load().name;
+  }
+
+  get dims(): number {
+    return this.#load().dims;
+  }
+
+  async embed(texts: string[], kind: EmbedKind): Promise<Float32Array[]> {
+    const model = this.#load();
+    const tokenizer = new ModelTokenizer();
+    return texts.map((text) => embedStatic(model, text, kind, tokenizer));
+  }
+}
