@@ -2,6 +2,7 @@
 import { report, runAuthCacheBench } from "./auth-cache.js";
 import { reportCliStartup, runCliStartup } from "./cli-startup.js";
 import { reportEditSearchable, runEditSearchable } from "./edit-searchable.js";
+import { reportEmbedderColdStart, runEmbedderColdStart } from "./embedder-coldstart.js";
 import { runGatewayBenchmarks } from "./gateway-run.js";
 import { reportThroughput, runIndexThroughput } from "./index-throughput.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "./limits-overhead.js";
@@ -25,3 +26,5 @@ console.log();
 console.log(reportLimitsOverhead(await runLimitsOverhead()));
 console.log();
 console.log(reportCliStartup(await runCliStartup(Number(process.env.BENCH_CLI_RUNS ?? 20))));
+console.log();
+console.log(reportEmbedderColdStart(await runEmbedderColdStart(Number(process.env.BENCH_COLD_RUNS ?? 10))));
