@@ -73,13 +73,13 @@ const HELD_OUT =
  * HELD-OUT.md's Debian list: the packages by name (with a Rust crate's feature and versioned
  * packages, `librust-petgraph+serde-dev`), and their code as a folder in a path, where Debian
  * installs it or a copy of it: werkzeug, flask, golang.org/x/text and petgraph anywhere, click as a
- * Python package, regex-syntax as a crate (`regex-syntax-0.6.29/`).
+ * Python package or a vendored copy (`pip/_vendor/click/`), regex-syntax as a crate (`regex-syntax-0.6.29/`).
  */
 const HELD_OUT_DEBIAN = new RegExp(
   [
     /^(python3-(werkzeug|flask|click)|golang-golang-x-text-dev|librust-(petgraph|regex-syntax)([+-][^/]*)?-dev)$/,
     /(^|\/)(werkzeug|flask|golang\.org\/x\/text|petgraph(-\d[^/]*)?|regex-syntax-\d[^/]*)(\/|$)/,
-    /(^|\/)(site|dist)-packages\/click(\/|$)/,
+    /(^|\/)((site|dist)-packages|_?vendor(ed)?)\/click(\/|$)/,
   ]
     .map((r) => r.source)
     .join("|"),
