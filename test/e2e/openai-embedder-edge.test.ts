@@ -206,7 +206,7 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
   it("refuses a workspace indexed by another embedder with 409 until it is deleted and indexed again", async () => {
     const refused = await cli(["search", "orbital period", builtinDir]);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain("512-dimensional embeddings");
+    expect(refused.stderr).toContain("128-dimensional embeddings");
     expect(refused.stderr).toContain("Delete the workspace and index it again");
     expect(refused.stderr).toContain("[conflict");
 
