@@ -28,16 +28,28 @@ interface Row {
 
 const IN_BATCH = 90;
 
+/**
+ * One index generation's view of the catalogue (see migration.ts): every generation's rows share
+ * one table and one id sequence, so the vector cache sees them all and an id means one chunk of
+ * one generation for the workspace's lifetime.
+ */
 export class Catalogue {
-  constructor(private readonly sql: SqlStorage) {
+  constructor(
+    private readonly sql: SqlStorage,
+    readonly generation = 0,
+  ) {
     sql.exec(`CREATE TABLE IF NOT EXISTS catalogue (
       id INTEGER PRIMARY KEY,
       path TEXT NOT NULL,
       chunk_id TEXT NOT NULL,
       start_line INTEGER NOT NULL,
       end_line INTEGER NOT NULL,
-      language TEXT NOT NULL
+      language TEXT NOT NULL,
+      generation INTEGER NOT NULL DEFAULT 0
     )`);
+    const columns = sql.exec<{ name: string }>("PRAGMA table_info(catalogue)").toArray();
+    if (!columns.some((c) => c.name === "generation"))
+      sql.exec("ALTER TABLE catalogue ADD COLUMN generation INTEGER NOT NULL DEFAULT 0");
     sql.exec("CREATE INDEX IF NOT EXISTS catalogue_by_path ON catalogue (path)");
     sql.exec("CREATE TABLE IF NOT EXISTS catalogue_ids (id INTEGER PRIMARY KEY CHECK (id = 1), next INTEGER NOT NULL)");
     sql.exec("INSERT OR IGNORE INTO catalogue_ids (id, next) VALUES (1, 1)");
@@ -53,13 +65,14 @@ export class Catalogue {
   insert(rows: readonly CatalogueRow[]): void {
     for (const row of rows) {
       this.sql.exec(
-        "INSERT INTO catalogue (id, path, chunk_id, start_line, end_line, language) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO catalogue (id, path, chunk_id, start_line, end_line, language, generation) VALUES (?, ?, ?, ?, ?, ?, ?)",
         row.id,
         row.path,
         row.chunkId,
         row.startLine,
         row.endLine,
         row.language,
+        this.generation,
       );
     }
   }
@@ -68,8 +81,8 @@ export class Catalogue {
   removePaths(paths: readonly string[]): number[] {
     const ids: number[] = [];
     for (const path of paths) {
-      const where = "path = ? OR (path >= ? AND path < ?)";
-      const args = [path, `${path}/`, `${path}0`];
+      const where = "generation = ? AND (path = ? OR (path >= ? AND path < ?))";
+      const args = [this.generation, path, `${path}/`, `${path}0`];
       for (const row of this.sql.exec<{ id: number }>(`SELECT id FROM catalogue WHERE ${where}`, ...args))
         ids.push(row.id);
       this.sql.exec(`DELETE FROM catalogue WHERE ${where}`, ...args);
@@ -81,9 +94,10 @@ export class Catalogue {
   removeExact(paths: readonly string[]): number[] {
     const ids: number[] = [];
     for (const path of paths) {
-      for (const row of this.sql.exec<{ id: number }>("SELECT id FROM catalogue WHERE path = ?", path))
+      const where = "generation = ? AND path = ?";
+      for (const row of this.sql.exec<{ id: number }>(`SELECT id FROM catalogue WHERE ${where}`, this.generation, path))
         ids.push(row.id);
-      this.sql.exec("DELETE FROM catalogue WHERE path = ?", path);
+      this.sql.exec(`DELETE FROM catalogue WHERE ${where}`, this.generation, path);
     }
     return ids;
   }
@@ -94,7 +108,8 @@ export class Catalogue {
     for (let i = 0; i < ids.length; i += IN_BATCH) {
       const batch = ids.slice(i, i + IN_BATCH);
       const rows = this.sql.exec<Row>(
-        `SELECT id, path, chunk_id, start_line, end_line, language FROM catalogue WHERE id IN (${batch.map(() => "?").join(",")})`,
+        `SELECT id, path, chunk_id, start_line, end_line, language FROM catalogue WHERE generation = ? AND id IN (${batch.map(() => "?").join(",")})`,
+        this.generation,
         ...batch,
       );
       for (const r of rows) {
@@ -113,6 +128,11 @@ export class Catalogue {
 
   /** Live chunks. */
   count(): number {
-    return Number(this.sql.exec("SELECT count(*) AS n FROM catalogue").one().n);
+    return Number(this.sql.exec("SELECT count(*) AS n FROM catalogue WHERE generation = ?", this.generation).one().n);
+  }
+
+  /** Forgets every row of this generation (once its backend is retired). */
+  clear(): void {
+    this.sql.exec("DELETE FROM catalogue WHERE generation = ?", this.generation);
   }
 }

@@ -38,7 +38,8 @@ export function fuse(lists: readonly RankedList[], k = RRF_K): { id: string; sco
 /**
  * Hybrid search: the vector channel and the keyed-term BM25 channel each return candidates, fused
  * by reciprocal rank; hits the catalogue no longer holds are dropped. The score returned is the
- * fused score, with each channel's own beside it.
+ * fused score, with each channel's own beside it. Without a query vector (an index whose model the
+ * edge cannot run) the lexical channel alone ranks, its vector scores null.
  */
 export async function hybridSearch(
   backend: IndexBackend,
@@ -51,7 +52,7 @@ export async function hybridSearch(
   };
   const n = Math.max(MIN_CANDIDATES, query.topK * CANDIDATES_PER_RESULT);
   const [byVector, byTerms] = await Promise.all([
-    backend.queryVector(query.vector, n, filter),
+    query.vector ? backend.queryVector(query.vector, n, filter) : Promise.resolve([]),
     query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
   ]);
   const fused = fuse([

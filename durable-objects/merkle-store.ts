@@ -156,6 +156,12 @@ export class MerkleStore {
     return { nodes, truncated: [] };
   }
 
+  /** The hash of the file at `path`, or undefined when no file is there. */
+  fileHash(path: string): string | undefined {
+    const node = this.#get(path);
+    return node?.kind === "f" ? node.hash : undefined;
+  }
+
   #get(path: string): NodeRow | undefined {
     return this.sql.exec<NodeRow>("SELECT path, kind, hash, files, bytes FROM nodes WHERE path = ?", path).toArray()[0];
   }

@@ -14,6 +14,11 @@ const SMALL_SEGMENTS_BEFORE_MERGE = 8;
 const MIN_LIVE_SHARE = 0.5;
 const IN_BATCH = 90;
 
+export interface R2BackendOptions extends HotIndexOptions {
+  /** Suffix of this backend's manifest tables, so that two backends (index generations) share one database. */
+  tables?: string;
+}
+
 export interface CompactionReport {
   /** Segments read and replaced. */
   rewritten: number;
@@ -38,6 +43,8 @@ export class R2Backend implements IndexBackend {
   #loading: Promise<HotIndex> | null = null;
   /** Bumped by every change, so a load that raced one starts again. */
   #generation = 0;
+  readonly #segments: string;
+  readonly #entries: string;
 
   constructor(
     private readonly sql: SqlStorage,
@@ -45,22 +52,24 @@ export class R2Backend implements IndexBackend {
     private readonly bucket: R2Bucket,
     private readonly prefix: string,
     readonly dims: number,
-    private readonly options: HotIndexOptions = {},
+    private readonly options: R2BackendOptions = {},
   ) {
-    sql.exec(`CREATE TABLE IF NOT EXISTS r2_segments (
+    const segments = (this.#segments = `r2_segments${options.tables ?? ""}`);
+    const entries = (this.#entries = `r2_entries${options.tables ?? ""}`);
+    sql.exec(`CREATE TABLE IF NOT EXISTS ${segments} (
       key TEXT PRIMARY KEY,
       entries INTEGER NOT NULL,
       live INTEGER NOT NULL,
       bytes INTEGER NOT NULL
     )`);
-    sql.exec(`CREATE TABLE IF NOT EXISTS r2_entries (
+    sql.exec(`CREATE TABLE IF NOT EXISTS ${entries} (
       id INTEGER PRIMARY KEY,
       segment TEXT NOT NULL,
       slot INTEGER NOT NULL,
       path TEXT NOT NULL
     )`);
-    sql.exec("CREATE INDEX IF NOT EXISTS r2_entries_by_path ON r2_entries (path)");
-    sql.exec("CREATE INDEX IF NOT EXISTS r2_entries_by_segment ON r2_entries (segment)");
+    sql.exec(`CREATE INDEX IF NOT EXISTS ${entries}_by_path ON ${entries} (path)`);
+    sql.exec(`CREATE INDEX IF NOT EXISTS ${entries}_by_segment ON ${entries} (segment)`);
   }
 
   async write(entries: readonly BackendEntry[]): Promise<void> {
@@ -72,25 +81,25 @@ export class R2Backend implements IndexBackend {
     this.#generation++;
     this.transaction(() => {
       this.sql.exec(
-        "INSERT INTO r2_segments (key, entries, live, bytes) VALUES (?, ?, 0, ?) ON CONFLICT (key) DO NOTHING",
+        `INSERT INTO ${this.#segments} (key, entries, live, bytes) VALUES (?, ?, 0, ?) ON CONFLICT (key) DO NOTHING`,
         key,
         raw.length,
         bytes.length,
       );
       raw.forEach((entry, slot) => {
         const previous = this.sql
-          .exec<{ segment: string }>("SELECT segment FROM r2_entries WHERE id = ?", entry.id)
+          .exec<{ segment: string }>(`SELECT segment FROM ${this.#entries} WHERE id = ?`, entry.id)
           .toArray()[0];
-        if (previous) this.sql.exec("UPDATE r2_segments SET live = live - 1 WHERE key = ?", previous.segment);
+        if (previous) this.sql.exec(`UPDATE ${this.#segments} SET live = live - 1 WHERE key = ?`, previous.segment);
         this.sql.exec(
-          "INSERT OR REPLACE INTO r2_entries (id, segment, slot, path) VALUES (?, ?, ?, ?)",
+          `INSERT OR REPLACE INTO ${this.#entries} (id, segment, slot, path) VALUES (?, ?, ?, ?)`,
           entry.id,
           key,
           slot,
           entries[slot]!.path,
         );
       });
-      this.sql.exec("UPDATE r2_segments SET live = live + ? WHERE key = ?", raw.length, key);
+      this.sql.exec(`UPDATE ${this.#segments} SET live = live + ? WHERE key = ?`, raw.length, key);
     });
     if (this.#hot)
       for (const entry of raw) {
@@ -110,11 +119,11 @@ export class R2Backend implements IndexBackend {
           .exec<{
             segment: string;
             n: number;
-          }>(`SELECT segment, count(*) AS n FROM r2_entries WHERE id IN (${marks}) GROUP BY segment`, ...batch)
+          }>(`SELECT segment, count(*) AS n FROM ${this.#entries} WHERE id IN (${marks}) GROUP BY segment`, ...batch)
           .toArray();
         for (const { segment, n } of bySegment)
-          this.sql.exec("UPDATE r2_segments SET live = live - ? WHERE key = ?", n, segment);
-        this.sql.exec(`DELETE FROM r2_entries WHERE id IN (${marks})`, ...batch);
+          this.sql.exec(`UPDATE ${this.#segments} SET live = live - ? WHERE key = ?`, n, segment);
+        this.sql.exec(`DELETE FROM ${this.#entries} WHERE id IN (${marks})`, ...batch);
       }
     });
     if (this.#hot) for (const id of numbers) this.#hot.remove(id);
@@ -131,17 +140,18 @@ export class R2Backend implements IndexBackend {
     return (hits ?? []).map(({ id, score }) => ({ id: String(id), score }));
   }
 
+  /** Deletes the segments it wrote (under `prefix/segments/`) and forgets them. */
   async destroy(): Promise<void> {
-    await deletePrefix(this.bucket, this.prefix);
-    this.sql.exec("DELETE FROM r2_entries");
-    this.sql.exec("DELETE FROM r2_segments");
+    await deletePrefix(this.bucket, `${this.prefix}/segments`);
+    this.sql.exec(`DELETE FROM ${this.#entries}`);
+    this.sql.exec(`DELETE FROM ${this.#segments}`);
     this.#hot = null;
   }
 
   /** Live entries, segments and their bytes on R2, and the hot index's memory. */
   stats(): { entries: number; segments: number; segmentBytes: number; hotBytes: number | null; exact: boolean | null } {
-    const row = this.sql.exec("SELECT count(*) AS n, coalesce(sum(bytes), 0) AS b FROM r2_segments").one();
-    const entries = Number(this.sql.exec("SELECT count(*) AS n FROM r2_entries").one().n);
+    const row = this.sql.exec(`SELECT count(*) AS n, coalesce(sum(bytes), 0) AS b FROM ${this.#segments}`).one();
+    const entries = Number(this.sql.exec(`SELECT count(*) AS n FROM ${this.#entries}`).one().n);
     return {
       entries,
       segments: Number(row.n),
@@ -155,7 +165,7 @@ export class R2Backend implements IndexBackend {
   needsCompaction(): boolean {
     const row = this.sql
       .exec(
-        `SELECT sum(live = 0) AS empty, sum(live > 0 AND live < entries * ?) AS sparse, sum(live > 0 AND entries < ?) AS small FROM r2_segments`,
+        `SELECT sum(live = 0) AS empty, sum(live > 0 AND live < entries * ?) AS sparse, sum(live > 0 AND entries < ?) AS small FROM ${this.#segments}`,
         MIN_LIVE_SHARE,
         SMALL_SEGMENT,
       )
@@ -171,7 +181,7 @@ export class R2Backend implements IndexBackend {
    */
   async compact(): Promise<CompactionReport> {
     const segments = this.sql
-      .exec<{ key: string; entries: number; live: number }>("SELECT key, entries, live FROM r2_segments")
+      .exec<{ key: string; entries: number; live: number }>(`SELECT key, entries, live FROM ${this.#segments}`)
       .toArray();
     const empty = segments.filter((s) => s.live <= 0);
     const sparse = segments.filter((s) => s.live > 0 && s.live < s.entries * MIN_LIVE_SHARE);
@@ -189,7 +199,7 @@ export class R2Backend implements IndexBackend {
         const decoded = decodeSegment(new Uint8Array(await object.arrayBuffer()), this.dims);
         const live = new Set(
           this.sql
-            .exec<{ slot: number }>("SELECT slot FROM r2_entries WHERE segment = ?", victim.key)
+            .exec<{ slot: number }>(`SELECT slot FROM ${this.#entries} WHERE segment = ?`, victim.key)
             .toArray()
             .map((r) => r.slot),
         );
@@ -208,30 +218,37 @@ export class R2Backend implements IndexBackend {
       this.transaction(() => {
         for (const segment of written) {
           this.sql.exec(
-            "INSERT INTO r2_segments (key, entries, live, bytes) VALUES (?, ?, 0, ?) ON CONFLICT (key) DO NOTHING",
+            `INSERT INTO ${this.#segments} (key, entries, live, bytes) VALUES (?, ?, 0, ?) ON CONFLICT (key) DO NOTHING`,
             segment.key,
             segment.entries.length,
             segment.bytes,
           );
           segment.entries.forEach((entry, slot) => {
             const current = this.sql
-              .exec<{ segment: string }>("SELECT segment FROM r2_entries WHERE id = ?", entry.id)
+              .exec<{ segment: string }>(`SELECT segment FROM ${this.#entries} WHERE id = ?`, entry.id)
               .toArray()[0];
             // Removed, or rewritten by a newer write, while this compaction was reading.
             if (!current || !victimKeys.has(current.segment)) return;
-            this.sql.exec("UPDATE r2_entries SET segment = ?, slot = ? WHERE id = ?", segment.key, slot, entry.id);
-            this.sql.exec("UPDATE r2_segments SET live = live + 1 WHERE key = ?", segment.key);
+            this.sql.exec(
+              `UPDATE ${this.#entries} SET segment = ?, slot = ? WHERE id = ?`,
+              segment.key,
+              slot,
+              entry.id,
+            );
+            this.sql.exec(`UPDATE ${this.#segments} SET live = live + 1 WHERE key = ?`, segment.key);
             report.moved++;
           });
         }
         for (const key of victimKeys) {
-          const left = Number(this.sql.exec("SELECT count(*) AS n FROM r2_entries WHERE segment = ?", key).one().n);
-          if (left === 0) this.sql.exec("DELETE FROM r2_segments WHERE key = ?", key);
-          else this.sql.exec("UPDATE r2_segments SET live = ? WHERE key = ?", left, key);
+          const left = Number(
+            this.sql.exec(`SELECT count(*) AS n FROM ${this.#entries} WHERE segment = ?`, key).one().n,
+          );
+          if (left === 0) this.sql.exec(`DELETE FROM ${this.#segments} WHERE key = ?`, key);
+          else this.sql.exec(`UPDATE ${this.#segments} SET live = ? WHERE key = ?`, left, key);
         }
       });
       const gone = [...victimKeys].filter(
-        (key) => this.sql.exec("SELECT 1 FROM r2_segments WHERE key = ?", key).toArray().length === 0,
+        (key) => this.sql.exec(`SELECT 1 FROM ${this.#segments} WHERE key = ?`, key).toArray().length === 0,
       );
       if (gone.length > 0) await this.bucket.delete(gone);
       report.rewritten = gone.length;
@@ -239,11 +256,11 @@ export class R2Backend implements IndexBackend {
     }
 
     const drop = empty.filter(
-      (s) => Number(this.sql.exec("SELECT count(*) AS n FROM r2_entries WHERE segment = ?", s.key).one().n) === 0,
+      (s) => Number(this.sql.exec(`SELECT count(*) AS n FROM ${this.#entries} WHERE segment = ?`, s.key).one().n) === 0,
     );
     if (drop.length > 0) {
       this.transaction(() => {
-        for (const { key } of drop) this.sql.exec("DELETE FROM r2_segments WHERE key = ? AND live <= 0", key);
+        for (const { key } of drop) this.sql.exec(`DELETE FROM ${this.#segments} WHERE key = ? AND live <= 0`, key);
       });
       await this.bucket.delete(drop.map((s) => s.key));
       report.dropped = drop.length;
@@ -269,14 +286,14 @@ export class R2Backend implements IndexBackend {
   async #read(): Promise<HotIndex> {
     const hot = new HotIndex(this.dims, this.options);
     const segments = this.sql
-      .exec<{ key: string }>("SELECT key FROM r2_segments WHERE live > 0 ORDER BY key")
+      .exec<{ key: string }>(`SELECT key FROM ${this.#segments} WHERE live > 0 ORDER BY key`)
       .toArray();
     for (const { key } of segments) {
       const object = await this.bucket.get(key);
       if (!object) throw new Error(`Index segment ${key} is missing from R2.`);
       const decoded = decodeSegment(new Uint8Array(await object.arrayBuffer()), this.dims);
       const live = this.sql
-        .exec<{ id: number; slot: number }>("SELECT id, slot FROM r2_entries WHERE segment = ?", key)
+        .exec<{ id: number; slot: number }>(`SELECT id, slot FROM ${this.#entries} WHERE segment = ?`, key)
         .toArray();
       for (const { slot } of live) hot.add(decoded[slot]!);
     }
@@ -288,7 +305,11 @@ export class R2Backend implements IndexBackend {
     if (!filter.pathPrefix) return language === undefined ? {} : { language };
     const below = `${filter.pathPrefix}/`;
     const ids = this.sql
-      .exec<{ id: number }>("SELECT id FROM r2_entries WHERE path >= ? AND path < ?", below, `${filter.pathPrefix}0`)
+      .exec<{ id: number }>(
+        `SELECT id FROM ${this.#entries} WHERE path >= ? AND path < ?`,
+        below,
+        `${filter.pathPrefix}0`,
+      )
       .toArray()
       .map((r) => r.id);
     return { mask: hot.maskOf(ids), ...(language === undefined ? {} : { language }) };

@@ -74,8 +74,18 @@ export const StagedPart = z
   .refine((p) => p.chunks.every((c) => c.path === p.path), "every chunk must be of the staged file");
 export type StagedPart = z.input<typeof StagedPart>;
 
+/** The edge's embedder, named by the route with each commit, stage, status and search. */
+export const EdgeEmbedder = z.object({
+  model: z.string().min(1).max(200),
+  dims: z.number().int().min(32).max(4096),
+});
+export type EdgeEmbedder = z.infer<typeof EdgeEmbedder>;
+
 export const SearchInput = z.object({
-  vector: Vector,
+  /** Absent: the keyed lexical channel alone (an index whose model the edge no longer has). */
+  vector: Vector.optional(),
+  /** The model that made `vector`; the object answers `OtherModel` when its index holds another. */
+  model: z.string().min(1).max(200).optional(),
   terms: z.array(z.number().int().nonnegative()).max(512),
   topK: z.number().int().min(1).max(100),
   pathPrefix: EncryptedPath.optional(),
@@ -86,6 +96,11 @@ export type SearchInput = z.input<typeof SearchInput>;
 /** A commit or search whose vectors do not match the dimensions the workspace was indexed with. */
 export interface DimensionMismatch {
   mismatch: { expected: number; got: number };
+}
+
+/** A search whose vector is of another model than the index's (null: a model this object cannot name). */
+export interface OtherModel {
+  otherModel: { model: string | null; dims: number };
 }
 
 /** A hosted index backend failed; the route answers 502 or 504, and nothing was committed. */

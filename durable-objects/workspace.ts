@@ -13,16 +13,17 @@ import {
   type StageResponse,
   type TreeStatus,
 } from "../protocol/sync.js";
-import { Catalogue } from "./catalogue.js";
 import { VectorCache } from "./vector-cache.js";
 import { hybridSearch } from "./fusion.js";
 import { MerkleStore, TreeTooLarge } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
+import { generationBackend, Generations } from "./migration.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
 import { MAX_STAGED_BYTES, STAGING_RETENTION_MS, StagedChunks } from "./staging.js";
 import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
 import {
   InvalidRpcInput,
+  EdgeEmbedder,
   parse,
   SearchInput,
   StagedPart,
@@ -32,6 +33,7 @@ import {
   type BackendFailure,
   type DimensionMismatch,
   type IndexedChunk,
+  type OtherModel,
   type StagedMissing,
   type StagingFull,
   type TreeFull,
@@ -57,10 +59,9 @@ function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFa
 export class Workspace extends DurableObject<Env> {
   /** Null until `init` and again after `destroy`: an object never writes state it was not asked to hold. */
   #tree: MerkleStore | null = null;
-  #catalogue: Catalogue | null = null;
   #cache: VectorCache | null = null;
   #staging: StagedChunks | null = null;
-  #backend: IndexBackend | null = null;
+  #generations: Generations | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -96,39 +97,14 @@ export class Workspace extends DurableObject<Env> {
       sql.exec("DROP TABLE IF EXISTS nodes");
     }
     this.#tree = new MerkleStore(sql, (fn) => this.ctx.storage.transactionSync(fn));
-    this.#catalogue = new Catalogue(sql);
+    // Before the vector cache, which indexes the catalogue's table.
+    this.#generations = new Generations(
+      sql,
+      (generation, dims, kind) => generationBackend(this.env, this.ctx, generation, dims, kind),
+      () => loadIndexConfig(this.env).INDEX_BACKEND,
+    );
     this.#cache = new VectorCache(sql);
     this.#staging = new StagedChunks(sql);
-    const row = sql.exec("SELECT dims, backend FROM meta WHERE id = 1").toArray()[0];
-    this.#backend = typeof row?.dims === "number" ? this.#openBackend(row.dims, String(row.backend ?? "r2")) : null;
-  }
-
-  /**
-   * The workspace's index backend: chosen by INDEX_BACKEND when it first stores vectors and kept
-   * for its lifetime, so changing the setting affects new workspaces only.
-   */
-  #openBackend(dims: number, kind: string): IndexBackend {
-    if (kind === "turbopuffer") {
-      const config = loadIndexConfig(this.env);
-      return new TurbopufferBackend({
-        apiKey: config.TURBOPUFFER_API_KEY ?? "",
-        ...(config.TURBOPUFFER_BASE_URL ? { baseURL: config.TURBOPUFFER_BASE_URL } : {}),
-        ...(config.TURBOPUFFER_REGION ? { region: config.TURBOPUFFER_REGION } : {}),
-        namespace: `sextant-${this.ctx.id.toString()}`,
-        dims,
-        // Two retries within 20 s each: a search or commit fails within about a minute when the service
-        // is down, inside the client's own timeout, and the client's sync retries later.
-        maxRetries: 2,
-        timeout: 20_000,
-      });
-    }
-    return new R2Backend(
-      this.ctx.storage.sql,
-      (fn) => this.ctx.storage.transactionSync(fn),
-      this.env.INDEX,
-      `workspaces/${this.ctx.id.toString()}`,
-      dims,
-    );
   }
 
   /** Idempotent: a retried create after a dropped connection leaves the same state. */
@@ -151,10 +127,18 @@ export class Workspace extends DurableObject<Env> {
   }
 
   /** Null when the workspace does not exist (never created, or deleted). */
-  async status(): Promise<TreeStatus | null> {
+  async status(embedder?: EdgeEmbedder): Promise<TreeStatus | null> {
+    const edge = parse(EdgeEmbedder.optional(), embedder, "embedder");
     if (!this.#tree) return null;
     const { root, files, bytes } = this.#tree.totals();
-    return { protocol: SYNC_PROTOCOL, root, files, bytes, lastSyncAt: this.#lastSyncAt() };
+    return { protocol: SYNC_PROTOCOL, root, files, bytes, lastSyncAt: this.#lastSyncAt(), ...this.#models(edge) };
+  }
+
+  /** The index's model, and whether the edge's embedder (when named) must re-embed it. */
+  #models(edge: EdgeEmbedder | undefined): Pick<TreeStatus, "model" | "embedder" | "reembed"> {
+    const generations = this.#generations!;
+    const model = generations.model(edge);
+    return edge ? { model, embedder: edge.model, reembed: generations.needsReembed(edge) } : { model };
   }
 
   async diff(input: DiffRequest): Promise<DiffResponse | null> {
@@ -168,12 +152,14 @@ export class Workspace extends DurableObject<Env> {
    * Applies a batch of files and deletions. The chunks go to the index backend first (for the
    * embedded backend, an immutable segment on R2); then one transaction records them in the
    * catalogue, drops what they replace and commits the leaves, so the tree never claims a file
-   * whose vectors are not stored. Replaying a commit changes nothing that search can see.
+   * whose vectors are not stored. Replaying a commit changes nothing that search can see. Vectors of
+   * another model than the index's go to the generation being built for it (migration.ts), which
+   * becomes current in the transaction of the commit that completes it.
    */
   async commit(
     input: TreeCommit,
     chunks: IndexedChunk[] = [],
-    options: { cacheModel?: string } = {},
+    options: { cacheModel?: string; embedder?: EdgeEmbedder } = {},
   ): Promise<CommitResponse | DimensionMismatch | BackendFailure | TreeFull | StagedMissing | null> {
     const request = parse(TreeCommit, input, "commit");
     const sent = parse(VectorChunks, chunks, "vectors");
@@ -182,10 +168,11 @@ export class Workspace extends DurableObject<Env> {
     if (sent.some((v) => !upserted.has(v.path)))
       throw new InvalidRpcInput("Invalid vectors: a chunk of a file not upserted");
     const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
-    if (!this.#tree || !this.#catalogue || !this.#staging) return null;
+    const edge = parse(EdgeEmbedder.optional(), options.embedder, "embedder");
+    if (!this.#tree || !this.#staging || !this.#generations) return null;
     const tree = this.#tree;
-    const catalogue = this.#catalogue;
     const staging = this.#staging;
+    const generations = this.#generations;
     // Each file's staged parts come first, in order, then the chunks this commit carries.
     const staged: IndexedChunk[] = [];
     const claimed: { path: string; hash: string }[] = [];
@@ -197,18 +184,15 @@ export class Workspace extends DurableObject<Env> {
       claimed.push(u);
     }
     const vectors = staged.length > 0 ? [...staged, ...sent] : sent;
-    let backend = this.#backend;
-    if (vectors.length > 0) {
-      const dims = vectors[0]!.vector.length;
-      const odd = vectors.find((v) => v.vector.length !== (backend?.dims ?? dims));
-      if (odd) return { mismatch: { expected: backend?.dims ?? dims, got: odd.vector.length } };
-      if (!backend) {
-        const kind = loadIndexConfig(this.env).INDEX_BACKEND;
-        this.ctx.storage.sql.exec("UPDATE meta SET dims = ?, backend = ? WHERE id = 1", dims, kind);
-        backend = this.#backend = this.#openBackend(dims, kind);
-      }
-    }
-    const first = vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
+    const target = generations.target(edge, vectors[0]?.vector.length);
+    if ("mismatch" in target) return target;
+    const { generation, migrating } = target;
+    const odd = generation && vectors.find((v) => v.vector.length !== generation.dims);
+    if (odd) return { mismatch: { expected: generation.dims, got: odd.vector.length } };
+    const backend = generation?.backend ?? null;
+    const catalogue = generation?.catalogue ?? null;
+    const old = migrating ? generations.current : null;
+    const first = catalogue && vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
     const rows = vectors.map((v, i) => ({ ...v, id: first + i }));
     if (backend && rows.length > 0) {
       try {
@@ -224,17 +208,28 @@ export class Workspace extends DurableObject<Env> {
     let applied;
     try {
       applied = this.ctx.storage.transactionSync(() => {
-        const dropped = catalogue.removePaths(request.deletes);
         // A file that a new file's directory replaces, and the earlier chunks of every file upserted.
         const ancestors = new Set<string>();
         for (const { path } of request.upserts)
           for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
-        dropped.push(...catalogue.removeExact([...ancestors]));
-        dropped.push(...catalogue.removePaths(request.upserts.map((u) => u.path)));
-        catalogue.insert(rows);
+        const dropped = catalogue
+          ? [
+              ...catalogue.removePaths(request.deletes),
+              ...catalogue.removeExact([...ancestors]),
+              ...catalogue.removePaths(request.upserts.map((u) => u.path)),
+            ]
+          : [];
+        catalogue?.insert(rows);
+        // Before the tree moves on: a file re-sent unchanged keeps its lines in the current generation.
+        const droppedOld = migrating
+          ? generations.migrate(request.upserts, request.deletes, [...ancestors], (p, h) => tree.fileHash(p) === h)
+          : [];
         for (const { path, hash } of claimed) staging.drop(path, hash);
         if (cacheModel) this.#cache!.put(cacheModel, rows);
-        return { totals: tree.apply(request.upserts, request.deletes), dropped };
+        const totals = tree.apply(request.upserts, request.deletes);
+        const switched = migrating && generations.remaining(totals.files) === 0;
+        if (switched) generations.switchOver();
+        return { totals, dropped, droppedOld, switched };
       });
     } catch (err) {
       if (!(err instanceof TreeTooLarge)) throw err;
@@ -243,9 +238,12 @@ export class Workspace extends DurableObject<Env> {
       if (backend && written.length > 0) await this.#remove(backend, written);
       return { treeFull: { limit: MAX_TREE_BYTES } };
     }
-    const { totals, dropped } = applied;
+    const { totals, dropped, droppedOld, switched } = applied;
     if (backend && dropped.length > 0) await this.#remove(backend, dropped);
-    if (backend instanceof R2Backend && backend.needsCompaction()) await this.#scheduleMaintenance();
+    if (switched) await this.#sweep();
+    else if (old && droppedOld.length > 0) await this.#remove(old.backend, droppedOld);
+    if (generations.hasRetired() || (backend instanceof R2Backend && backend.needsCompaction()))
+      await this.#scheduleMaintenance();
     const now = new Date().toISOString();
     this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
     return {
@@ -255,6 +253,7 @@ export class Workspace extends DurableObject<Env> {
       bytes: totals.bytes,
       lastSyncAt: now,
       applied: request.upserts.length + request.deletes.length,
+      ...this.#models(edge),
     };
   }
 
@@ -263,10 +262,14 @@ export class Workspace extends DurableObject<Env> {
    * it. Nothing becomes searchable and the tree does not change: a sync that stops between parts
    * leaves the workspace as it was, and its next run stages them again.
    */
-  async stage(input: StagedPart): Promise<StageResponse | DimensionMismatch | StagingFull | null> {
+  async stage(
+    input: StagedPart,
+    options: { embedder?: EdgeEmbedder } = {},
+  ): Promise<StageResponse | DimensionMismatch | StagingFull | null> {
     const part = parse(StagedPart, input, "staged part");
-    if (!this.#staging) return null;
-    const dims = this.#backend?.dims ?? part.chunks[0]!.vector.length;
+    const edge = parse(EdgeEmbedder.optional(), options.embedder, "embedder");
+    if (!this.#staging || !this.#generations) return null;
+    const dims = this.#generations.dimsFor(edge) ?? part.chunks[0]!.vector.length;
     const odd = part.chunks.find((c) => c.vector.length !== dims);
     if (odd) return { mismatch: { expected: dims, got: odd.vector.length } };
     const staging = this.#staging;
@@ -279,17 +282,26 @@ export class Workspace extends DurableObject<Env> {
   }
 
   /**
-   * Hybrid search (`hybridSearch`) over what is indexed, with the Merkle root it was served from.
+   * Hybrid search (`hybridSearch`) over the current generation, with the Merkle root it was served
+   * from. A vector of another model than the index's is answered `otherModel`, for the route to
+   * embed the question with the index's model or search without a vector (keyed terms alone).
    */
-  async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | BackendFailure | null> {
+  async search(input: SearchInput): Promise<SearchResponse | DimensionMismatch | BackendFailure | OtherModel | null> {
     const query = parse(SearchInput, input, "search");
-    if (!this.#tree || !this.#catalogue) return null;
+    if (!this.#tree || !this.#generations) return null;
     const root = this.#tree.totals().root;
-    const backend = this.#backend;
-    if (!backend) return { protocol: SYNC_PROTOCOL, root, results: [] };
-    if (query.vector.length !== backend.dims) return { mismatch: { expected: backend.dims, got: query.vector.length } };
+    const current = this.#generations.current;
+    if (!current) return { protocol: SYNC_PROTOCOL, root, results: [] };
+    const vector = query.vector;
+    if (vector && query.model !== undefined) {
+      const model = this.#generations.model({ model: query.model, dims: vector.length });
+      if (model !== query.model || vector.length !== current.dims) return { otherModel: { model, dims: current.dims } };
+    }
+    if (vector && vector.length !== current.dims) return { mismatch: { expected: current.dims, got: vector.length } };
     try {
-      return { protocol: SYNC_PROTOCOL, root, results: await hybridSearch(backend, this.#catalogue, query) };
+      const results = await hybridSearch(current.backend, current.catalogue, query);
+      const ranked = vector ? { mode: "hybrid" as const, ...(current.model ? { model: current.model } : {}) } : {};
+      return { protocol: SYNC_PROTOCOL, root, results, ...(vector ? ranked : { mode: "lexical" as const }) };
     } catch (err) {
       if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
       throw err;
@@ -300,45 +312,59 @@ export class Workspace extends DurableObject<Env> {
    * The cached rotated vectors for these keyed chunk ids and model, null where there is none (or
    * null for all when the workspace does not exist).
    */
-  async cachedVectors(model: string, ids: string[]): Promise<(Float32Array | null)[] | null> {
+  async cachedVectors(model: string, ids: string[], dims?: number): Promise<(Float32Array | null)[] | null> {
     const parsed = parse(
-      z.object({ model: z.string().min(1).max(200), ids: z.array(Hash).max(100_000) }),
-      { model, ids },
+      z.object({ model: z.string().min(1).max(200), ids: z.array(Hash).max(100_000), dims: z.number().optional() }),
+      { model, ids, dims },
       "cache lookup",
     );
     if (!this.#cache) return null;
     // A model whose size changed under the same name is a miss, not a mismatch.
-    const dims = this.#backend?.dims;
+    const size = parsed.dims ?? this.#generations?.current?.dims;
     return this.#cache
       .get(parsed.model, parsed.ids)
-      .map((v) => (v && dims !== undefined && v.length !== dims ? null : v));
+      .map((v) => (v && size !== undefined && v.length !== size ? null : v));
   }
 
   /** Index and memory figures, for operators and benchmarks. */
   async indexStats() {
-    if (!this.#tree || !this.#catalogue) return null;
-    const backend = this.#backend;
+    const current = this.#generations?.current;
+    if (!this.#tree || !this.#generations) return null;
+    const backend = current?.backend;
     return {
-      chunks: this.#catalogue.count(),
+      chunks: current?.catalogue.count() ?? 0,
       kind: backend instanceof TurbopufferBackend ? "turbopuffer" : backend ? "r2" : null,
       backend: backend instanceof R2Backend ? backend.stats() : null,
       pendingRemovals: Number(this.ctx.storage.sql.exec("SELECT count(*) AS n FROM backend_removals").one().n),
     };
   }
 
-  /** Drops staged parts nobody claimed, retries removals a backend refused, and compacts. */
+  /**
+   * Drops staged parts nobody claimed, deletes retired generations, retries removals a backend
+   * refused, and compacts.
+   */
   override async alarm(): Promise<void> {
     const oldest = this.#staging?.prune(Date.now() - STAGING_RETENTION_MS) ?? null;
     if (oldest !== null) await this.#scheduleMaintenance(Math.max(1000, oldest + STAGING_RETENTION_MS - Date.now()));
-    const backend = this.#backend;
-    if (!backend) return;
-    const pending = this.ctx.storage.sql
+    if (!this.#generations) return;
+    await this.#sweep();
+    const { current, pending } = this.#generations;
+    const pendingIds = this.ctx.storage.sql
       .exec<{ id: number }>("SELECT id FROM backend_removals LIMIT 10000")
       .toArray()
       .map((r) => r.id);
-    if (pending.length > 0) await this.#remove(backend, pending);
-    if (backend instanceof R2Backend) await backend.compact();
+    // Ids are unique across generations: removing one a backend never held changes nothing.
+    for (const generation of [current, pending]) {
+      if (!generation) continue;
+      if (pendingIds.length > 0) await this.#remove(generation.backend, pendingIds);
+      if (generation.backend instanceof R2Backend) await generation.backend.compact();
+    }
     this.#cache?.prune(Date.now() - CACHE_RETENTION_MS);
+  }
+
+  /** Deletes retired generations' storage, or tries again later. */
+  async #sweep(): Promise<void> {
+    if (!(await this.#generations!.sweep())) await this.#scheduleMaintenance(REMOVAL_RETRY_MS);
   }
 
   /** Removes entries from the backend; whatever it refuses is kept and retried by the alarm. */
@@ -367,15 +393,15 @@ export class Workspace extends DurableObject<Env> {
   /** Wipes every byte this object holds; later capabilities keep all their state here too. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAlarm();
-    if (this.#backend instanceof TurbopufferBackend) await this.#backend.destroy();
+    for (const backend of this.#generations?.all() ?? [])
+      if (backend instanceof TurbopufferBackend) await backend.destroy();
     // Every object under the workspace's prefix, whichever embedder or index format wrote it.
     await deletePrefix(this.env.INDEX, `workspaces/${this.ctx.id.toString()}`);
     await this.ctx.storage.deleteAll();
     this.#tree = null;
-    this.#catalogue = null;
     this.#cache = null;
     this.#staging = null;
-    this.#backend = null;
+    this.#generations = null;
   }
 
   #meta(): WorkspaceMeta | null {

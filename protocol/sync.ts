@@ -74,6 +74,21 @@ export const TreeStatus = z.object({
    * commits and staged parts to it. Absent from edges that predate it: assume 1 MiB.
    */
   maxBodyBytes: z.number().int().positive().optional(),
+  /**
+   * The embedding model whose vectors the index holds (searches use it), or null before the first
+   * vectors or when an index from before models were recorded cannot be named. Absent from edges
+   * that predate it.
+   */
+  model: z.string().nullable().optional(),
+  /** The edge's embedder: what every file's chunks are embedded with when they are sent. */
+  embedder: z.string().optional(),
+  /**
+   * True when the index was made by another model than the edge's embedder: searches still work
+   * (with that model where the edge still has it, else by keyed terms alone), and the client
+   * re-sends every file's chunks (same paths and hashes) so the edge can move the index to its
+   * embedder; the index switches once every file has arrived.
+   */
+  reembed: z.boolean().optional(),
 });
 export type TreeStatus = z.infer<typeof TreeStatus>;
 
@@ -165,6 +180,13 @@ export const SearchResponse = z.object({
   /** The Merkle root the results were served from. */
   root: Hash,
   results: z.array(SearchHit),
+  /**
+   * How the results were ranked: `hybrid` (vectors and keyed terms), or `lexical` (keyed terms
+   * alone: the index was made by a model this edge no longer has, until the client re-syncs).
+   */
+  mode: z.enum(["hybrid", "lexical"]).optional(),
+  /** The model whose vectors ranked the results (the index's); absent when `mode` is `lexical`. */
+  model: z.string().optional(),
 });
 export type SearchResponse = z.infer<typeof SearchResponse>;
 

@@ -18,11 +18,20 @@ import type {
   StagingFull,
   TreeFull,
   IndexedChunk,
+  OtherModel,
 } from "../../durable-objects/workspace.js";
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
-import { embedderFor, embeddingProblem, EmbeddingError, embedsInIsolate, type EmbedKind } from "../embedders/index.js";
+import {
+  embedderFor,
+  embedderForModel,
+  embeddingProblem,
+  EmbeddingError,
+  embedsInIsolate,
+  type Embedder,
+  type EmbedKind,
+} from "../embedders/index.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces } from "../db/workspaces.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
@@ -41,11 +50,17 @@ async function ownWorkspace(c: Context<AppEnv>) {
   return { workspace, stub: workspaceStub(c.env, workspace.id) };
 }
 
+/** The edge's embedder as the Workspace object is told of it: vectors of another model start a re-embed. */
+const edgeEmbedder = (c: Context<AppEnv>) => {
+  const { model, dims } = embedderFor(c.env, c.get("requestId"));
+  return { model, dims };
+};
+
 /**
  * Runs a Durable Object call, reports its duration as Server-Timing, maps "gone" to 404, and
- * vectors of the wrong size (a workspace indexed with another embedder), a commit that would
- * take the tree past its total or names parts that were not staged, and a part past the staging
- * bound to 409.
+ * vectors of a size the workspace does not expect of their model (inconsistent input: another
+ * model's vectors start a re-embed instead), a commit that would take the tree past its total or
+ * names parts that were not staged, and a part past the staging bound to 409.
  */
 type Refusal = DimensionMismatch | BackendFailure | TreeFull | StagedMissing | StagingFull;
 async function timed<T extends object>(
@@ -61,7 +76,7 @@ async function timed<T extends object>(
     const { expected, got } = (result as DimensionMismatch).mismatch;
     throw new ApiError(
       "conflict",
-      `Workspace \`${id}\` was indexed with ${expected}-dimensional embeddings; this edge's embedder makes ${got}. Delete the workspace and index it again to switch embedders.`,
+      `Workspace \`${id}\` expects ${expected}-dimensional embeddings from this model; the request carries ${got}.`,
     );
   }
   if ("treeFull" in result) {
@@ -102,8 +117,13 @@ async function timed<T extends object>(
  * failure answers a problem before anything reaches the Durable Object, so a commit is applied
  * whole or not at all.
  */
-async function embed(c: Context<AppEnv>, keyBytes: Uint8Array, texts: string[], kind: EmbedKind) {
-  const embedder = embedderFor(c.env, c.get("requestId"));
+async function embed(
+  c: Context<AppEnv>,
+  keyBytes: Uint8Array,
+  texts: string[],
+  kind: EmbedKind,
+  embedder: Embedder = embedderFor(c.env, c.get("requestId")),
+) {
   let vectors: Float32Array[];
   try {
     vectors = await embedder.embed(texts, kind);
@@ -132,6 +152,7 @@ async function chunkVectors(
     ? ((await stub.cachedVectors(
         cacheModel,
         chunks.map((ch) => ch.id),
+        embedder.dims,
       )) ?? [])
     : [];
   const missing = chunks.flatMap((_, i) => (cached[i] ? [] : [i]));
@@ -182,7 +203,7 @@ export const workspaces = new Hono<AppEnv>()
   .get("/", async (c) => c.json({ data: await listWorkspaces(database(c.env.DB), c.get("principal").org.id) }))
   .get("/:id", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
-    const tree = await timed(c, workspace.id, () => stub.status());
+    const tree = await timed(c, workspace.id, () => stub.status(edgeEmbedder(c)));
     return c.json({ ...workspace, tree } satisfies WorkspaceDetail);
   })
   .delete("/:id", async (c) => {
@@ -195,7 +216,7 @@ export const workspaces = new Hono<AppEnv>()
   })
   .get("/:id/tree", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
-    const status = await timed(c, workspace.id, () => stub.status());
+    const status = await timed(c, workspace.id, () => stub.status(edgeEmbedder(c)));
     return c.json({ ...status, maxBodyBytes: c.get("config").MAX_BODY_BYTES });
   })
   .post("/:id/tree/diff", async (c) => {
@@ -229,7 +250,11 @@ export const workspaces = new Hono<AppEnv>()
       await timed(
         c,
         workspace.id,
-        () => stub.commit(tree, chunks, cacheModel ? { cacheModel } : {}) as Promise<CommitResponse | Refusal | null>,
+        () =>
+          stub.commit(tree, chunks, {
+            ...(cacheModel ? { cacheModel } : {}),
+            embedder: edgeEmbedder(c),
+          }) as Promise<CommitResponse | Refusal | null>,
       ),
     );
   })
@@ -246,26 +271,46 @@ export const workspaces = new Hono<AppEnv>()
       part: body.part,
       chunks: indexedChunks(body, vectors, new TermKey(keyBytes)),
     };
-    return c.json(await timed(c, workspace.id, () => stub.stage(part) as Promise<StageResponse | Refusal | null>));
+    return c.json(
+      await timed(
+        c,
+        workspace.id,
+        () => stub.stage(part, { embedder: edgeEmbedder(c) }) as Promise<StageResponse | Refusal | null>,
+      ),
+    );
   })
   .post("/:id/search", async (c) => {
     const body = await jsonBody(c, SearchRequest);
     const keyBytes = vectorKeyBytes(c);
     loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
-    const { vectors, key } = await embed(c, keyBytes, [body.query], "query");
-    const input = {
-      vector: key.rotation.apply(vectors[0]!),
-      terms: key.terms.query(body.query).slice(0, 512),
+    const query = {
+      terms: new TermKey(keyBytes).query(body.query).slice(0, 512),
       topK: body.topK,
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
       ...(body.language ? { language: body.language } : {}),
     };
-    return c.json(
-      await timed(
+    const search = async (embedder?: Embedder) => {
+      const input = embedder ? { ...query, ...(await questionVector(c, keyBytes, body.query, embedder)) } : query;
+      return timed(
         c,
         workspace.id,
-        () => stub.search(input) as Promise<SearchResponse | DimensionMismatch | BackendFailure | null>,
-      ),
-    );
+        () => stub.search(input) as Promise<SearchResponse | OtherModel | DimensionMismatch | BackendFailure | null>,
+      );
+    };
+    const answer = await search(embedderFor(c.env, c.get("requestId")));
+    if (!("otherModel" in answer)) return c.json(answer);
+    // Indexed by another model (the client has not re-synced since the edge's embedder changed):
+    // the question in that model's space where this edge still has it, else keyed terms alone.
+    const { model, dims } = answer.otherModel;
+    const theirs = model === null ? undefined : embedderForModel(c.env, c.get("requestId"), model);
+    const again = await search(theirs?.dims === dims ? theirs : undefined);
+    if ("otherModel" in again) throw new ApiError("conflict", `Workspace \`${workspace.id}\` changed model; retry.`);
+    return c.json(again);
   });
+
+/** A question's rotated vector from `embedder`, and the model that made it. */
+async function questionVector(c: Context<AppEnv>, keyBytes: Uint8Array, question: string, embedder: Embedder) {
+  const { vectors, key } = await embed(c, keyBytes, [question], "query", embedder);
+  return { vector: key.rotation.apply(vectors[0]!), model: embedder.model };
+}
