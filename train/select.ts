@@ -9,6 +9,7 @@ import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { format } from "prettier";
 import { isExcludedFromTraining } from "./exclusions.js";
 import { PACKAGES_JSON, PackageList } from "./package-list.js";
 import { selectDebian } from "./select-debian.js";
@@ -40,6 +41,7 @@ const list = PackageList.parse({
 });
 const leaked = [...list.npm, ...list.debian].find((p) => isExcludedFromTraining(p.name));
 if (leaked) throw new Error(`${leaked.name} is excluded from training and must not be pinned`);
-writeFileSync(resolve(args.out), JSON.stringify(list, null, 1) + "\n");
+// Formatted as the repository formats JSON, so that `prettier --check` passes on the committed file.
+writeFileSync(resolve(args.out), await format(JSON.stringify(list), { parser: "json" }));
 const counts = ["python", "go", "rust"].map((l) => `${list.debian.filter((p) => p.language === l).length} ${l}`);
 log(`wrote ${args.out}: ${list.npm.length} npm packages, Debian ${counts.join(", ")}`);
