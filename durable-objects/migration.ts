@@ -143,7 +143,7 @@ export class Generations {
 
   /** Whether the current index's vectors are the edge's (a model under the same name at another size is another). */
   #isEdges(edge: EdgeEmbedder): boolean {
-    return this.model(edge) === edge.model && this.current!.dims === edge.dims;
+    return this.model(edge) === edge.model && (edge.dims === undefined || this.current!.dims === edge.dims);
   }
 
   /** Whether the index holds vectors of a model other than the edge's: the client must re-send its files. */
@@ -153,7 +153,7 @@ export class Generations {
 
   /** The dimensions vectors from the edge's embedder must have (without one: the current index's). */
   dimsFor(edge?: EdgeEmbedder): number | undefined {
-    return edge ? edge.dims : this.current?.dims;
+    return edge?.dims ?? (edge && !this.#isEdges(edge) ? undefined : this.current?.dims);
   }
 
   hasRetired(): boolean {
@@ -170,7 +170,7 @@ export class Generations {
     const current = this.current;
     if (!current) {
       if (dims === undefined) return { generation: null, migrating: false };
-      if (edge && edge.dims !== dims) return { mismatch: { expected: edge.dims, got: dims } };
+      if (edge?.dims !== undefined && edge.dims !== dims) return { mismatch: { expected: edge.dims, got: dims } };
       const number = Number(this.sql.exec("SELECT generation FROM meta WHERE id = 1").one().generation ?? 0);
       const row = { generation: number, dims, backend: "", model: edge?.model ?? null };
       return { generation: (this.current = this.#create(row)), migrating: false };
@@ -181,11 +181,18 @@ export class Generations {
       if (edge && this.pending) this.#retire(this.pending);
       return { generation: current, migrating: false };
     }
-    if (dims !== undefined && dims !== edge.dims) return { mismatch: { expected: edge.dims, got: dims } };
-    if (this.pending && (this.pending.model !== edge.model || this.pending.dims !== edge.dims))
+    if (dims !== undefined && edge.dims !== undefined && dims !== edge.dims)
+      return { mismatch: { expected: edge.dims, got: dims } };
+    // An embedder that has not answered yet in the route's isolate does not know its size.
+    const size = edge.dims ?? dims;
+    if (this.pending && (this.pending.model !== edge.model || (size !== undefined && this.pending.dims !== size)))
       this.#retire(this.pending);
+    if (dims !== undefined && this.pending && dims !== this.pending.dims)
+      return { mismatch: { expected: this.pending.dims, got: dims } };
+    // No vectors and no size: the files are recorded as moved, the generation made by the next vectors.
+    if (!this.pending && size === undefined) return { generation: null, migrating: true };
     if (!this.pending) {
-      const row = { generation: this.#nextNumber(), dims: edge.dims, backend: current.kind, model: edge.model };
+      const row = { generation: this.#nextNumber(), dims: size!, backend: current.kind, model: edge.model };
       this.sql.exec(
         "INSERT INTO reembed (id, generation, model, dims, backend) VALUES (1, ?, ?, ?, ?)",
         row.generation,
@@ -287,9 +294,9 @@ export class Generations {
     );
     if (generation === this.pending) {
       this.sql.exec("DELETE FROM reembed");
-      this.sql.exec("DELETE FROM reembed_files");
       this.pending = null;
     }
+    this.sql.exec("DELETE FROM reembed_files");
   }
 
   /** Deletes retired generations' storage; false when a backend refused (the alarm tries again). */

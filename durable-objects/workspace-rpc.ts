@@ -77,7 +77,8 @@ export type StagedPart = z.input<typeof StagedPart>;
 /** The edge's embedder, named by the route with each commit, stage, status and search. */
 export const EdgeEmbedder = z.object({
   model: z.string().min(1).max(200),
-  dims: z.number().int().min(32).max(4096),
+  /** Unknown until a remote embedder has answered once in the route's isolate. */
+  dims: z.number().int().min(32).max(4096).optional(),
 });
 export type EdgeEmbedder = z.infer<typeof EdgeEmbedder>;
 

@@ -227,7 +227,7 @@ export class Workspace extends DurableObject<Env> {
         for (const { path, hash } of claimed) staging.drop(path, hash);
         if (cacheModel) this.#cache!.put(cacheModel, rows);
         const totals = tree.apply(request.upserts, request.deletes);
-        const switched = migrating && generations.remaining(totals.files) === 0;
+        const switched = migrating && generations.pending !== null && generations.remaining(totals.files) === 0;
         if (switched) generations.switchOver();
         return { totals, dropped, droppedOld, switched };
       });

@@ -51,9 +51,23 @@ async function ownWorkspace(c: Context<AppEnv>) {
 }
 
 /** The edge's embedder as the Workspace object is told of it: vectors of another model start a re-embed. */
-const edgeEmbedder = (c: Context<AppEnv>) => {
-  const { model, dims } = embedderFor(c.env, c.get("requestId"));
-  return { model, dims };
+const edgeEmbedder = (c: Context<AppEnv>): { model: string; dims?: number } => {
+  const embedder = embedderFor(c.env, c.get("requestId"));
+  try {
+    return { model: embedder.model, dims: embedder.dims };
+  } catch {
+    // A remote embedder learns its size from its first answer; the object then goes by the vectors.
+    return { model: embedder.model };
+  }
+};
+
+/** The edge's embedder for a status: a misconfigured one leaves status working, without `reembed`. */
+const statusEmbedder = (c: Context<AppEnv>) => {
+  try {
+    return edgeEmbedder(c);
+  } catch {
+    return undefined;
+  }
 };
 
 /**
@@ -152,7 +166,7 @@ async function chunkVectors(
     ? ((await stub.cachedVectors(
         cacheModel,
         chunks.map((ch) => ch.id),
-        embedder.dims,
+        edgeEmbedder(c).dims,
       )) ?? [])
     : [];
   const missing = chunks.flatMap((_, i) => (cached[i] ? [] : [i]));
@@ -203,7 +217,7 @@ export const workspaces = new Hono<AppEnv>()
   .get("/", async (c) => c.json({ data: await listWorkspaces(database(c.env.DB), c.get("principal").org.id) }))
   .get("/:id", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
-    const tree = await timed(c, workspace.id, () => stub.status(edgeEmbedder(c)));
+    const tree = await timed(c, workspace.id, () => stub.status(statusEmbedder(c)));
     return c.json({ ...workspace, tree } satisfies WorkspaceDetail);
   })
   .delete("/:id", async (c) => {
@@ -216,7 +230,7 @@ export const workspaces = new Hono<AppEnv>()
   })
   .get("/:id/tree", async (c) => {
     const { workspace, stub } = await ownWorkspace(c);
-    const status = await timed(c, workspace.id, () => stub.status(edgeEmbedder(c)));
+    const status = await timed(c, workspace.id, () => stub.status(statusEmbedder(c)));
     return c.json({ ...status, maxBodyBytes: c.get("config").MAX_BODY_BYTES });
   })
   .post("/:id/tree/diff", async (c) => {
