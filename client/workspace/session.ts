@@ -5,7 +5,7 @@ import { canonicalRoot, findEntry, saveEntry, type RegistryEntry } from "./regis
 import { scanWorkspace, type ScanOptions, type ScanResult, type ScanSkips, type SkippedFile } from "./scanner.js";
 import { WorkspaceSecret } from "./secret.js";
 import { loadState, saveState, type StateKey, type WorkspaceState } from "./state.js";
-import { syncTree, type SyncReport } from "./sync.js";
+import { syncTree, type SyncOptions, type SyncReport } from "./sync.js";
 import { StatPrefetch } from "./prefetch.js";
 import { scanPaths } from "./targeted-scan.js";
 import { LocalTree } from "./tree.js";
@@ -88,6 +88,8 @@ export interface IndexReport {
 
 export interface IndexOptions extends Pick<ScanOptions, "maxFileBytes" | "includeGenerated" | "onProgress"> {
   onUpload?: (event: { done: number; total: number }) => void;
+  /** Called before every file is sent again to move the index to the edge's embedder. */
+  onReembed?: SyncOptions["onReembed"];
   signal?: AbortSignal;
   /** A state kept in memory between runs (by `sextant watch`), instead of loading it from disk. */
   state?: WorkspaceState;
@@ -177,6 +179,7 @@ export async function indexWorkspace(
       tree,
       state,
       ...(options.onUpload ? { onProgress: (e) => options.onUpload!(e) } : {}),
+      ...(options.onReembed ? { onReembed: options.onReembed } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {

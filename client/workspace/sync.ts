@@ -46,6 +46,19 @@ export interface SyncReport {
   secretsWithheld: number;
   /** Files whose chunks no request body could hold: in the tree, but not searchable. */
   skippedFiles: SkippedFile[];
+  /**
+   * Set when the edge's index was made by another model than its embedder: every file was sent
+   * again so the edge could move the index to `to`; `moved` once the edge reports it done.
+   */
+  reembed?: Reembed;
+}
+
+export interface Reembed {
+  /** The index's model before the move (null: one the edge cannot name). */
+  from: string | null;
+  to: string;
+  files: number;
+  moved: boolean;
 }
 
 export interface SyncOptions {
@@ -57,6 +70,8 @@ export interface SyncOptions {
   tree: LocalTree;
   state: WorkspaceState;
   onProgress?: (event: { phase: "upload"; done: number; total: number }) => void;
+  /** Called before every file is sent again to move the index to the edge's embedder. */
+  onReembed?: (reembed: Reembed) => void;
   signal?: AbortSignal;
   /** The edge's `MAX_BODY_BYTES`: by default what the edge reports, or DEFAULT_MAX_BODY_BYTES. */
   maxBodyBytes?: number;
@@ -92,9 +107,14 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
   const status = await call(sextant.workspaces.tree(workspaceId, { signal: options.signal }));
   const maxBodyBytes = options.maxBodyBytes ?? status.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   let serverRoot = status.root;
-  for (let pass = 0; pass < MAX_PASSES && serverRoot !== tree.root; pass++) {
+  // The edge's index is of another model than its embedder: every file goes again, with its chunks.
+  let reembed = status.reembed === true;
+  const last: { status: { model?: string | null | undefined; reembed?: boolean | undefined } } = { status };
+  for (let pass = 0; pass < MAX_PASSES && (serverRoot !== tree.root || reembed); pass++) {
     let changes: SyncChanges;
-    if (pass === 0 && state.syncedRoot === serverRoot) {
+    if (serverRoot === tree.root) {
+      changes = { upserts: [], deletes: [] };
+    } else if (pass === 0 && state.syncedRoot === serverRoot) {
       report.strategy = "snapshot";
       changes = fromSnapshot(tree, state, options.secret);
     } else if (serverRoot === EMPTY_ROOT) {
@@ -110,8 +130,24 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
       else report.added++;
     }
     report.deleted += changes.deletes.length;
-    serverRoot = await commitAll({ ...options, maxBodyBytes }, changes, call, serverRoot, report);
+    if (reembed) {
+      // Same paths and hashes: the edge keeps serving its index until every file has arrived.
+      changes = {
+        upserts: fromSnapshot(tree, { ...state, synced: FileTable.empty() }, options.secret).upserts,
+        deletes: changes.deletes,
+      };
+      report.reembed = {
+        from: status.model ?? null,
+        to: status.embedder ?? "",
+        files: changes.upserts.length,
+        moved: false,
+      };
+      options.onReembed?.(report.reembed);
+      reembed = false;
+    }
+    serverRoot = await commitAll({ ...options, maxBodyBytes }, changes, call, serverRoot, report, last);
   }
+  if (report.reembed) report.reembed.moved = last.status.reembed === false;
   report.root = serverRoot;
   report.converged = serverRoot === tree.root;
   if (report.converged) {
@@ -218,6 +254,7 @@ async function commitAll(
   call: <T>(p: Promise<T>) => Promise<T>,
   root: string,
   report: SyncReport,
+  last: { status: { model?: string | null | undefined; reembed?: boolean | undefined } },
 ): Promise<string> {
   const total = changes.deletes.length + changes.upserts.length;
   let deletes = changes.deletes;
@@ -252,7 +289,10 @@ async function commitAll(
     }
     return split.final;
   };
-  while (deletes.length > 0 || next < changes.upserts.length || pending) {
+  // At least one commit when moving an empty tree's index, so the edge can finish the move.
+  let first = report.reembed !== undefined && total === 0;
+  while (deletes.length > 0 || next < changes.upserts.length || pending || first) {
+    first = false;
     // Deletions first, then files in batches bounded by entries and by bytes (chunk text included).
     let bytes = 0;
     let taken = 0;
@@ -281,6 +321,7 @@ async function commitAll(
       ),
     ).then((result) => {
       root = result.root;
+      last.status = result;
       done += upserts.length + batchDeletes.length;
       options.onProgress?.({ phase: "upload", done, total });
     });

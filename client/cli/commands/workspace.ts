@@ -7,7 +7,7 @@ import { copiesLine } from "../../workspace/collapse.js";
 import { scopeWithin, searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
-import { pendingChanges } from "../../workspace/sync.js";
+import { pendingChanges, type Reembed } from "../../workspace/sync.js";
 import { watchWorkspace } from "../../workspace/watch.js";
 import {
   exportToken,
@@ -56,6 +56,12 @@ export function skippedList(files: readonly SkippedFile[]): string {
   return lines.join("");
 }
 
+/** What `sextant index` says when the edge's embedder changed since the workspace was indexed. */
+export function reembedLine(reembed: Reembed): string {
+  const from = reembed.from ? ` (indexed by ${reembed.from})` : "";
+  return `Moving the workspace to this edge's embedder ${reembed.to}${from}: sending ${plural(reembed.files, "file")} again; searches keep working meanwhile.`;
+}
+
 export function summary(report: IndexReport): string {
   const { sync } = report;
   const changes =
@@ -64,9 +70,14 @@ export function summary(report: IndexReport): string {
       : `+${sync.added} added, ~${sync.changed} changed, -${sync.deleted} deleted`;
   const state = sync.converged ? "in sync" : "not converged (another client is syncing; run again)";
   const withheld = sync.secretsWithheld > 0 ? `; ${sync.secretsWithheld} secret(s) withheld` : "";
+  const moved = !sync.reembed
+    ? ""
+    : sync.reembed.moved
+      ? `; moved to ${sync.reembed.to}`
+      : `; not yet moved to ${sync.reembed.to} (searches use the old index; run again)`;
   return (
     `${report.created ? "Created workspace" : "Workspace"} ${report.workspaceId}: ${plural(report.files, "file")}, ` +
-    `${changes}; ${state}${skippedLine(report)}${withheld}. ` +
+    `${changes}; ${state}${moved}${skippedLine(report)}${withheld}. ` +
     `Scan ${report.scanMs.toFixed(0)} ms (${plural(report.hashed, "file")} hashed), sync ${report.syncMs.toFixed(0)} ms ` +
     `in ${plural(sync.roundTrips, "round trip")}.`
   );
@@ -93,6 +104,7 @@ export function workspaceCommands(program: Command): void {
           ...(opts.includeGenerated ? { includeGenerated: true } : {}),
           onProgress: (e) => bar.update(e.phase === "scan" ? "scanning" : "hashing", e.done, e.total),
           onUpload: (e) => bar.update("syncing", e.done, e.total),
+          ...(options.json ? {} : { onReembed: (r: Reembed) => process.stdout.write(reembedLine(r) + "\n") }),
         });
         bar.stop();
         if (options.json) return printJson(report);

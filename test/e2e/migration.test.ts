@@ -1,0 +1,92 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTree } from "../support/fixture.js";
+import { freePort, sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
+
+const FILES = {
+  "src/auth/revoke.ts": `/** Revokes an API key: marks it revoked and evicts it from the key cache. */
+export function revokeApiKey(keyId: string): void {
+  markKeyRevoked(keyId);
+  evictKeyFromCache(keyId);
+}
+`,
+  "src/orbit/kepler.ts": `/** Solves Kepler's equation for the eccentric anomaly by Newton iteration. */
+export function solveKeplerEquation(meanAnomaly: number, eccentricity: number): number {
+  return meanAnomaly + eccentricity * Math.sin(meanAnomaly);
+}
+`,
+  "src/net/backoff.ts": `/** Exponential backoff with jitter between retries of a failed request. */
+export function backoffDelay(attempt: number): number {
+  return Math.min(30_000, 2 ** attempt * 500) * (0.75 + Math.random() / 4);
+}
+`,
+  "docs/billing.md": "# Billing\n\nInvoices are computed monthly from usage, with tax added per country.\n",
+};
+
+/**
+ * A workspace indexed by an edge whose embedder then changed (here from an OpenAI-compatible model
+ * to the built-in one, on the same state): searches keep working from the old index, and one
+ * `sextant index` moves it to the new embedder without deleting anything.
+ */
+describe("moving a workspace to the edge's new embedder", () => {
+  let standIn: OpenAIStandIn;
+  let edge: LocalEdge | undefined;
+  let port: number;
+  let env: Record<string, string>;
+  let dir: string;
+  const cli = (args: string[]) => sextantAsync(args, env);
+  const json = async (args: string[]) => {
+    const result = await cli(["--json", ...args]);
+    expect(result.code, result.stderr).toBe(0);
+    return JSON.parse(result.stdout);
+  };
+  const start = async (vars: Record<string, string> = {}) => {
+    await edge?.stop();
+    edge = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
+  };
+
+  beforeAll(async () => {
+    standIn = await startOpenAIStandIn();
+    port = await freePort();
+    env = {
+      SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
+      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+      PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
+    };
+    await start({
+      EMBEDDER: "openai",
+      EMBEDDING_BASE_URL: standIn.url,
+      EMBEDDING_MODEL: "standin-embed-768",
+      EMBEDDING_API_KEY: standIn.apiKey,
+    });
+    dir = makeTree(FILES);
+    expect((await json(["index", dir])).sync.converged).toBe(true);
+    await start();
+  }, 240_000);
+  afterAll(async () => {
+    await edge?.stop();
+    await standIn?.close();
+  });
+
+  it("searches the old index by keyed terms until the workspace is indexed again", async () => {
+    const hits = await json(["search", "solveKeplerEquation eccentric anomaly", dir, "-k", "1"]);
+    expect(hits[0].path).toBe("src/orbit/kepler.ts");
+  }, 60_000);
+
+  it("`sextant index` says it is moving the workspace, re-sends every file, and ends on the new embedder", async () => {
+    const run = await cli(["index", dir]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(
+      /Moving the workspace to this edge's embedder \S+ \(indexed by standin-embed-768\): sending 4 files again/,
+    );
+    expect(run.stdout).toContain("moved to");
+    const again = await json(["index", dir]);
+    expect(again.sync.reembed).toBeUndefined();
+    expect(again.sync.strategy).toBe("unchanged");
+    const hits = await json(["search", "retry a failed request after a delay", dir, "-k", "1"]);
+    expect(hits[0].path).toBe("src/net/backoff.ts");
+  }, 120_000);
+});
