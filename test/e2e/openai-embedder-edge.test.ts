@@ -90,10 +90,12 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
       PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
     };
     await start();
-    // Two files: in an index of one chunk every term is in all of it, and BM25 skips such terms.
+    // Several files: BM25 skips a term found in more than a third of the chunks, as a stop word.
     builtinDir = makeTree({
       "notes/orbit.ts": "export const orbitalPeriod = 90;",
       "notes/tide.ts": "export const tideHeight = 3;",
+      "notes/wind.ts": "export const windSpeed = 12;",
+      "notes/rain.ts": "export const rainfallDepth = 7;",
     });
     expect((await cli(["index", builtinDir])).code).toBe(0);
   }, 180_000);
@@ -212,7 +214,7 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
     expect(old[0].path).toBe("notes/orbit.ts");
 
     const moved = await json(["index", builtinDir]);
-    expect(moved.sync.reembed).toMatchObject({ to: MODEL, files: 2, moved: true });
+    expect(moved.sync.reembed).toMatchObject({ to: MODEL, files: 4, moved: true });
     expect(moved.sync.converged).toBe(true);
     expect((await json(["search", "orbital period", builtinDir, "-k", "1"]))[0].path).toBe("notes/orbit.ts");
   }, 60_000);
