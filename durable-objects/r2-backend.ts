@@ -1,10 +1,9 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { bytesToHex } from "@noble/hashes/utils.js";
-import { LANGUAGE_CODES } from "../protocol/sync.js";
-import { HotIndex, type HotEntry, type HotIndexOptions } from "./hot-index.js";
+import { HotIndex, type HotIndexOptions } from "./hot-index.js";
 import type { BackendEntry, BackendFilter, BackendHit, IndexBackend } from "./index-backend.js";
+import { decodeSegment, encodeSegment, languageCode, quantize, type RawEntry } from "./segment.js";
 
-const MAGIC = 0x53585632; // "SXV2"
 /** Compaction writes segments of at most this many entries. */
 export const SEGMENT_ENTRIES = 16_384;
 /** A segment this small is merged with others once there are enough of them. */
@@ -324,84 +323,4 @@ export async function deletePrefix(bucket: R2Bucket, prefix: string): Promise<vo
     if (!page.truncated) break;
     cursor = page.cursor;
   }
-}
-
-export function languageCode(language: string): number {
-  const code = (LANGUAGE_CODES as readonly string[]).indexOf(language);
-  return code < 0 ? 0 : code;
-}
-
-type RawEntry = HotEntry;
-
-/** int8 with one scale per vector: the largest magnitude maps to 127. */
-function quantize(entry: BackendEntry, dims: number): RawEntry {
-  if (entry.vector.length !== dims) throw new Error(`Expected ${dims} dimensions, got ${entry.vector.length}.`);
-  let max = 0;
-  for (const x of entry.vector) max = Math.max(max, Math.abs(x));
-  const scale = max > 0 ? max / 127 : 1;
-  const int8 = new Int8Array(dims);
-  for (let j = 0; j < dims; j++) int8[j] = Math.round(entry.vector[j]! / scale);
-  return {
-    id: Number(entry.id),
-    language: languageCode(entry.language),
-    scale,
-    int8,
-    termIds: entry.terms.ids,
-    termCounts: entry.terms.counts,
-  };
-}
-
-/**
- * Header (magic, count, dims), then per entry: id (float64), language (u8), term count (u16),
- * scale (float32), dims int8 values, the term ids (u32 each) and their counts (u16 each).
- */
-export function encodeSegment(entries: readonly RawEntry[], dims: number): Uint8Array {
-  let size = 12;
-  for (const e of entries) size += 8 + 1 + 2 + 4 + dims + e.termIds.length * 6;
-  const bytes = new Uint8Array(size);
-  const view = new DataView(bytes.buffer);
-  view.setUint32(0, MAGIC);
-  view.setUint32(4, entries.length);
-  view.setUint32(8, dims);
-  let at = 12;
-  for (const e of entries) {
-    if (e.int8.length !== dims) throw new Error(`Expected ${dims} dimensions, got ${e.int8.length}.`);
-    view.setFloat64(at, e.id, true);
-    view.setUint8(at + 8, e.language);
-    view.setUint16(at + 9, e.termIds.length, true);
-    view.setFloat32(at + 11, e.scale, true);
-    at += 15;
-    bytes.set(new Uint8Array(e.int8.buffer, e.int8.byteOffset, dims), at);
-    at += dims;
-    for (let t = 0; t < e.termIds.length; t++) view.setUint32(at + t * 4, e.termIds[t]!, true);
-    at += e.termIds.length * 4;
-    for (let t = 0; t < e.termIds.length; t++) view.setUint16(at + t * 2, e.termCounts[t]!, true);
-    at += e.termIds.length * 2;
-  }
-  return bytes;
-}
-
-export function decodeSegment(bytes: Uint8Array, dims: number): RawEntry[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (view.getUint32(0) !== MAGIC || view.getUint32(8) !== dims) throw new Error("Not an index segment of this shape.");
-  const count = view.getUint32(4);
-  const out: RawEntry[] = [];
-  let at = 12;
-  for (let i = 0; i < count; i++) {
-    const id = view.getFloat64(at, true);
-    const language = view.getUint8(at + 8);
-    const terms = view.getUint16(at + 9, true);
-    const scale = view.getFloat32(at + 11, true);
-    at += 15;
-    const int8 = new Int8Array(bytes.buffer, bytes.byteOffset + at, dims);
-    at += dims;
-    const termIds = new Uint32Array(terms);
-    for (let t = 0; t < terms; t++) termIds[t] = view.getUint32(at + t * 4, true);
-    at += terms * 4;
-    const termCounts = new Uint16Array(terms);
-    for (let t = 0; t < terms; t++) termCounts[t] = view.getUint16(at + t * 2, true);
-    at += terms * 2;
-    out.push({ id, language, scale, int8, termIds, termCounts });
-  }
-  return out;
 }

@@ -1,11 +1,9 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
-import { parentOf } from "../protocol/merkle.js";
 import { loadIndexConfig } from "../workers/config.js";
 import {
   DiffRequest,
   Hash,
-  MAX_TREE_BYTES,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
@@ -13,30 +11,27 @@ import {
   type StageResponse,
   type TreeStatus,
 } from "../protocol/sync.js";
+import { applyCommit, backendFailure, parseCommit, type CommitFailure, type CommitOptions } from "./commit.js";
 import { VectorCache } from "./vector-cache.js";
 import { hybridSearch } from "./fusion.js";
-import { MerkleStore, TreeTooLarge } from "./merkle-store.js";
+import { MerkleStore } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
 import { generationBackend, Generations } from "./migration.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
 import { MAX_STAGED_BYTES, STAGING_RETENTION_MS, StagedChunks } from "./staging.js";
 import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
 import {
-  InvalidRpcInput,
   EdgeEmbedder,
   parse,
   SearchInput,
   StagedPart,
   TreeCommit,
-  VectorChunks,
   WorkspaceMeta,
   type BackendFailure,
   type DimensionMismatch,
   type IndexedChunk,
   type OtherModel,
-  type StagedMissing,
   type StagingFull,
-  type TreeFull,
 } from "./workspace-rpc.js";
 
 export type * from "./workspace-rpc.js";
@@ -47,10 +42,6 @@ const COMPACTION_DELAY_MS = 30_000;
 const CACHE_RETENTION_MS = 14 * 24 * 3600 * 1000;
 /** A removal a backend refused is tried again after this long. */
 const REMOVAL_RETRY_MS = 60_000;
-
-function backendFailure(err: TurbopufferBackendError): BackendFailure["backendFailure"] {
-  return { timedOut: err.timedOut, message: err.message };
-}
 
 /**
  * One object per workspace: its metadata and the Merkle tree of what is indexed. SQLite-backed;
@@ -148,102 +139,29 @@ export class Workspace extends DurableObject<Env> {
     return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, nodes, truncated };
   }
 
-  /**
-   * Applies a batch of files and deletions. The chunks go to the index backend first (for the
-   * embedded backend, an immutable segment on R2); then one transaction records them in the
-   * catalogue, drops what they replace and commits the leaves, so the tree never claims a file
-   * whose vectors are not stored. Replaying a commit changes nothing that search can see. Vectors of
-   * another model than the index's go to the generation being built for it (migration.ts), which
-   * becomes current in the transaction of the commit that completes it.
-   */
+  /** Applies a batch of files and deletions (`applyCommit`, in commit.ts) and records the sync. */
   async commit(
     input: TreeCommit,
     chunks: IndexedChunk[] = [],
-    options: { cacheModel?: string; embedder?: EdgeEmbedder } = {},
-  ): Promise<CommitResponse | DimensionMismatch | BackendFailure | TreeFull | StagedMissing | null> {
-    const request = parse(TreeCommit, input, "commit");
-    const sent = parse(VectorChunks, chunks, "vectors");
-    // A chunk of a file the commit does not upsert would be searchable with no file in the tree.
-    const upserted = new Set(request.upserts.map((u) => u.path));
-    if (sent.some((v) => !upserted.has(v.path)))
-      throw new InvalidRpcInput("Invalid vectors: a chunk of a file not upserted");
-    const cacheModel = parse(z.string().min(1).max(200).optional(), options.cacheModel, "cache model");
-    const edge = parse(EdgeEmbedder.optional(), options.embedder, "embedder");
+    options: CommitOptions = {},
+  ): Promise<CommitResponse | CommitFailure | null> {
+    const parsed = parseCommit(input, chunks, options);
     if (!this.#tree || !this.#staging || !this.#generations) return null;
-    const tree = this.#tree;
-    const staging = this.#staging;
-    const generations = this.#generations;
-    // Each file's staged parts come first, in order, then the chunks this commit carries.
-    const staged: IndexedChunk[] = [];
-    const claimed: { path: string; hash: string }[] = [];
-    for (const [i, u] of request.upserts.entries()) {
-      if (!u.stagedParts) continue;
-      const { chunks: parts, missing } = staging.take(u.path, u.hash, u.stagedParts);
-      if (missing.length > 0) return { stagedMissing: { upsert: i, parts: missing } };
-      staged.push(...parts);
-      claimed.push(u);
-    }
-    const vectors = staged.length > 0 ? [...staged, ...sent] : sent;
-    const target = generations.target(edge, vectors[0]?.vector.length);
-    if ("mismatch" in target) return target;
-    const { generation, migrating } = target;
-    const odd = generation && vectors.find((v) => v.vector.length !== generation.dims);
-    if (odd) return { mismatch: { expected: generation.dims, got: odd.vector.length } };
-    const backend = generation?.backend ?? null;
-    const catalogue = generation?.catalogue ?? null;
-    const old = migrating ? generations.current : null;
-    const first = catalogue && vectors.length > 0 ? catalogue.reserve(vectors.length) : 0;
-    const rows = vectors.map((v, i) => ({ ...v, id: first + i }));
-    if (backend && rows.length > 0) {
-      try {
-        await backend.write(
-          rows.map((r) => ({ id: String(r.id), path: r.path, language: r.language, vector: r.vector, terms: r.terms })),
-        );
-      } catch (err) {
-        // Nothing is committed: the tree still lacks these files, so the next sync sends them again.
-        if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
-        throw err;
-      }
-    }
-    let applied;
-    try {
-      applied = this.ctx.storage.transactionSync(() => {
-        // A file that a new file's directory replaces, and the earlier chunks of every file upserted.
-        const ancestors = new Set<string>();
-        for (const { path } of request.upserts)
-          for (let d = parentOf(path); d !== ""; d = parentOf(d)) ancestors.add(d);
-        const dropped = catalogue
-          ? [
-              ...catalogue.removePaths(request.deletes),
-              ...catalogue.removeExact([...ancestors]),
-              ...catalogue.removePaths(request.upserts.map((u) => u.path)),
-            ]
-          : [];
-        catalogue?.insert(rows);
-        // Before the tree moves on: a file re-sent unchanged keeps its lines in the current generation.
-        const droppedOld = migrating
-          ? generations.migrate(request.upserts, request.deletes, [...ancestors], (p, h) => tree.fileHash(p) === h)
-          : [];
-        for (const { path, hash } of claimed) staging.drop(path, hash);
-        if (cacheModel) this.#cache!.put(cacheModel, rows);
-        const totals = tree.apply(request.upserts, request.deletes);
-        const switched = migrating && generations.pending !== null && generations.remaining(totals.files) === 0;
-        if (switched) generations.switchOver();
-        return { totals, dropped, droppedOld, switched };
-      });
-    } catch (err) {
-      if (!(err instanceof TreeTooLarge)) throw err;
-      // Rolled back; the entries already written to the backend now belong to no file.
-      const written = rows.map((r) => r.id);
-      if (backend && written.length > 0) await this.#remove(backend, written);
-      return { treeFull: { limit: MAX_TREE_BYTES } };
-    }
-    const { totals, dropped, droppedOld, switched } = applied;
-    if (backend && dropped.length > 0) await this.#remove(backend, dropped);
-    if (switched) await this.#sweep();
-    else if (old && droppedOld.length > 0) await this.#remove(old.backend, droppedOld);
-    if (generations.hasRetired() || (backend instanceof R2Backend && backend.needsCompaction()))
-      await this.#scheduleMaintenance();
+    const outcome = await applyCommit(
+      {
+        tree: this.#tree,
+        staging: this.#staging,
+        generations: this.#generations,
+        cache: this.#cache!,
+        transaction: (fn) => this.ctx.storage.transactionSync(fn),
+        remove: (backend, ids) => this.#remove(backend, ids),
+        sweep: () => this.#sweep(),
+        scheduleMaintenance: () => this.#scheduleMaintenance(),
+      },
+      parsed,
+    );
+    if (!("totals" in outcome)) return outcome;
+    const { totals } = outcome;
     const now = new Date().toISOString();
     this.ctx.storage.sql.exec("UPDATE meta SET last_sync_at = ? WHERE id = 1", now);
     return {
@@ -252,8 +170,8 @@ export class Workspace extends DurableObject<Env> {
       files: totals.files,
       bytes: totals.bytes,
       lastSyncAt: now,
-      applied: request.upserts.length + request.deletes.length,
-      ...this.#models(edge),
+      applied: parsed.request.upserts.length + parsed.request.deletes.length,
+      ...this.#models(parsed.edge),
     };
   }
 
