@@ -10,14 +10,15 @@ const dot = (a: Float32Array, b: Float32Array) => a.reduce((s, x, i) => s + x * 
 const norm = (a: Float32Array) => Math.sqrt(dot(a, a));
 const embedOne = async (text: string, side: StaticSide) => (await embedder.embed([text], side))[0]!;
 
-/** Terms that a text of just that term tokenizes back to, with a positive weight on both sides. */
+/** Terms that a text of just that term tokenizes back to, with a positive weight on both sides and a non-zero row. */
 function selfTerms(): string[] {
   const model = bundledStaticModel();
   const tokenizer = new ModelTokenizer();
   return [...model.vocab].flatMap(([term, id]) => {
     const back = tokenizer.terms(term);
     const weighted = model.queryWeight[id]! > 0 && model.documentWeight[id]! > 0;
-    return weighted && back.length === 1 && back[0] === term ? [term] : [];
+    const row = model.vectors.subarray(id * model.dims, (id + 1) * model.dims);
+    return weighted && row.some((x) => x !== 0) && back.length === 1 && back[0] === term ? [term] : [];
   });
 }
 
