@@ -15,7 +15,12 @@ import { parseArgs } from "node:util";
 import envPaths from "env-paths";
 import { isExcludedFromTraining } from "./exclusions.js";
 import { fetchPackages } from "./fetch.js";
-import { deserializeFingerprints, serializeFingerprints, type Fingerprints } from "./fingerprint.js";
+import {
+  deserializeFingerprints,
+  FINGERPRINT_FORMAT,
+  serializeFingerprints,
+  type Fingerprints,
+} from "./fingerprint.js";
 import { heldOutFingerprints } from "./held-out.js";
 import { LANGUAGE_GROUPS, loadPackageList, type LanguageGroup, type PackageList } from "./package-list.js";
 import { mineInPool } from "./pool.js";
@@ -69,11 +74,13 @@ async function loadFingerprints(workdir: string, log: (line: string) => void) {
   const file = join(workdir, "held-out-fingerprints.json");
   if (existsSync(file)) {
     const cached = JSON.parse(readFileSync(file, "utf8"));
-    return { fingerprints: deserializeFingerprints(cached.digests), sources: cached.sources, failed: cached.failed };
+    if (cached.format === FINGERPRINT_FORMAT)
+      return { fingerprints: deserializeFingerprints(cached.digests), sources: cached.sources, failed: cached.failed };
   }
   const computed = await heldOutFingerprints(registry(), log);
   const { fingerprints, sources, failed } = computed;
-  writeFileSync(file, JSON.stringify({ sources, failed, digests: serializeFingerprints(fingerprints) }) + "\n");
+  const digests = serializeFingerprints(fingerprints);
+  writeFileSync(file, JSON.stringify({ format: FINGERPRINT_FORMAT, sources, failed, digests }) + "\n");
   return computed as { fingerprints: Fingerprints; sources: unknown[]; failed: string[] };
 }
 

@@ -2,6 +2,9 @@ import { createHash } from "node:crypto";
 import { plainText } from "../eval/doc-text.js";
 import type { ExtractedFile } from "./extract.js";
 
+/** Bumped whenever what is digested changes, so that cached held-out digests are computed again. */
+export const FINGERPRINT_FORMAT = 2;
+
 /** A short digest: only ever compared, never reversed, so the held-out text itself is never kept. */
 const digest = (text: string) => createHash("sha1").update(text).digest("base64").slice(0, 16);
 
@@ -21,9 +24,12 @@ export const pairKey = (query: string, code: string) => digest(`${normalizeWords
 
 /** Sentences this long are a library's own words; shorter ones ("Returns the value.") are everyone's. */
 const MIN_SENTENCE_WORDS = 8;
-/** License and copyright headers are shared by whole ecosystems (every Go file by the Go authors). */
+/**
+ * License and copyright headers are shared by whole ecosystems (every Go file by the Go authors, every
+ * Rust crate under "MIT or Apache-2.0"), and so are work notes: neither is a library's own words.
+ */
 const BOILERPLATE =
-  /licen[cs]e|copyright|warrant|all rights reserved|spdx|permission is hereby|redistribut|governed by/i;
+  /licen[cs]e|copyright|warrant|all rights reserved|spdx|permission is hereby|distribut|may not be copied|governed by|\b(todo|fixme)\b/i;
 const sentences = new Intl.Segmenter("en", { granularity: "sentence" });
 
 /** A comment's or docstring's words, without the markers around them. */

@@ -35,6 +35,8 @@ export function evenly<T>(items: readonly T[], count: number): T[] {
 
 const DECLARATIONS = /\.d\.[mc]?ts$/;
 const TEST_PATH = /(^|\/)(__tests__|__mocks__|tests?|specs?|fixtures?|examples?)\//;
+/** Builds that bundle or minify a package (and usually its dependencies) into one file. */
+const BUNDLE = /(^|\/)(min|umd|bundles?|vendor|browser|node_modules)\//;
 
 /**
  * The source files of a package as the eval selects them (`selectSources`: no tests, builds,
@@ -50,6 +52,10 @@ export function trainingSources(pkg: Pick<FetchedPackage, "dir" | "roots">): {
   const excluded = paths.filter((p) => isExcludedFromTraining(p));
   const keep = (p: string) => !isExcludedFromTraining(p) && statSync(join(pkg.dir, p)).size <= MAX_FILE_BYTES;
   let sources = selectSources(pkg.dir, layout).filter((s) => keep(s.path));
+  // Many npm packages ship only their build (`dist/`, `build/`), which keeps the JSDoc of the
+  // source it was compiled from; bundles and minified builds are still left out.
+  if (sources.length === 0 && !pkg.roots)
+    sources = selectSources(pkg.dir, { roots: [""], exclude: [] }).filter((s) => keep(s.path) && !BUNDLE.test(s.path));
   if (sources.length === 0)
     sources = paths
       .filter((p) => DECLARATIONS.test(p) && !TEST_PATH.test(p) && keep(p))
@@ -61,7 +67,8 @@ export function trainingSources(pkg: Pick<FetchedPackage, "dir" | "roots">): {
  * The (question, code) pairs of one package: each documented definition with a question, its code
  * with every comment gone. A file sharing a held-out doc sentence or enough of its code is dropped
  * whole; a pair whose question or code is a held-out one's is dropped; a pair whose question is
- * written out in its code is dropped as the eval drops it (it would teach copying, not search).
+ * written out in its code is dropped as the eval drops it (it would teach copying, not search), and
+ * a question asked twice in a package is kept once.
  */
 export async function minePackage(
   pkg: Pick<FetchedPackage, "name" | "dir" | "roots">,
@@ -72,6 +79,7 @@ export async function minePackage(
   const pairs: Pair[] = [];
   const contaminatedFiles: MinedPackage["contaminatedFiles"] = [];
   let contaminatedPairs = 0;
+  const questions = new Set<string>();
   for (const source of sources) {
     const file = await extractFile(source.path, source.text);
     if (!file) continue;
@@ -87,6 +95,10 @@ export async function minePackage(
         continue;
       }
       if (normalizeWords(code).includes(normalizeWords(query))) continue;
+      // One question twice in a package (an ESM and a CommonJS build of the same function) would
+      // make its two answers each other's negatives in a batch of that package.
+      if (questions.has(queryKey(query))) continue;
+      questions.add(queryKey(query));
       pairs.push({ query, code, language: file.language, package: pkg.name });
     }
   }

@@ -137,11 +137,15 @@ describe("training exclusions by content", () => {
   });
 
   it("ignores license headers shared by whole ecosystems", async () => {
-    const header =
-      "// Use of this source code is governed by a BSD-style license that can be found in the LICENSE file.\n";
+    const go = "// Use of this source code is governed by a BSD-style license that can be found in the LICENSE file.\n";
+    const rust =
+      "// Licensed under the Apache License, Version 2.0 or the MIT license, at your option.\n// This file may not be copied, modified, or distributed except according to those terms.\n";
     const held = emptyFingerprints();
-    addFingerprints(held, (await extractFile("held/a.go", `${header}package a\n`))!);
-    const file = await extractFile("own/b.go", `${header}package b\n\nfunc B() int { return 1 }\n`);
-    expect(contamination(file!, held)).toBeUndefined();
+    addFingerprints(held, (await extractFile("held/a.go", `${go}package a\n`))!);
+    addFingerprints(held, (await extractFile("held/a.rs", `${rust}pub fn a() {}\n`))!);
+    const goFile = await extractFile("own/b.go", `${go}package b\n\nfunc B() int { return 1 }\n`);
+    const rustFile = await extractFile("own/b.rs", `${rust}pub fn b() -> u8 { 1 }\n`);
+    expect(contamination(goFile!, held)).toBeUndefined();
+    expect(contamination(rustFile!, held)).toBeUndefined();
   });
 });

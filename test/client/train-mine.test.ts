@@ -95,6 +95,19 @@ describe("mining pairs", () => {
     expect(mined.excludedFiles).toEqual(["lib/vendor/lodash/index.js"]);
   });
 
+  it("reads a package that ships only its build, once per question, but never its bundles", async () => {
+    const doc = FILES["src/clock.js"];
+    const dir = tree({
+      "dist/esm/clock.js": doc,
+      "dist/cjs/clock.js": doc.replace("export function floorMinute", "function floorMinute"),
+      "dist/umd/clock.js": doc.replace("Rounds", "Bundled: rounds"),
+    });
+    const mined = await minePackage({ name: "fixture", dir }, emptyFingerprints());
+    expect(mined.pairs.map((p) => p.query)).toEqual([
+      "Rounds a timestamp down to the start of the minute it falls in.",
+    ]);
+  });
+
   it("drops a pair whose question is a held-out one", async () => {
     const held = emptyFingerprints();
     held.queries.add(queryKey("Compute the area enclosed by a circle of the given radius."));
