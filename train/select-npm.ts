@@ -44,6 +44,24 @@ export const NPM_SEEDS = [
   ...["jimp", "pdfkit", "nodemailer", "node-cron", "cron", "bull", "bullmq", "agenda", "ioredis-mock"],
   ...["handlebars", "ejs", "pug", "mustache", "nunjucks", "dompurify", "sanitize-html", "he", "entities"],
   ...["crypto-js", "bcryptjs", "jszip", "pako", "fflate", "form-data", "busboy", "multer", "sax", "source-map"],
+  // More of the same domains, and media, graphics, messaging, search and i18n.
+  ...["@tanstack/query-core", "@tanstack/table-core", "xstate", "socket.io-client", "dexie", "localforage", "idb"],
+  ...["yjs", "@sinclair/typebox", "class-transformer", "inversify", "tsyringe", "@nestjs/common", "@nestjs/core"],
+  ...["next", "astro", "backbone", "knockout", "alpinejs", "mithril", "@vue/reactivity", "pinia", "vuex"],
+  ...["change-case", "pluralize", "slugify", "numeral", "currency.js", "dinero.js", "chroma-js", "color"],
+  ...["tinycolor2", "gl-matrix", "matter-js", "pixi.js", "konva", "fabric", "paper", "tone", "howler", "hls.js"],
+  ...["video.js", "swiper", "sortablejs", "interactjs", "@popperjs/core", "tippy.js", "@floating-ui/dom"],
+  ...["pdfjs-dist", "pdf-lib", "exceljs", "docx", "mammoth", "turndown", "showdown", "linkifyjs", "node-forge"],
+  ...["tweetnacl", "elliptic", "bn.js", "ethers", "viem", "protobufjs", "@grpc/grpc-js", "msgpackr", "cbor"],
+  ...["bson", "kafkajs", "amqplib", "mqtt", "ssh2", "basic-ftp", "@octokit/rest", "simple-git", "isomorphic-git"],
+  ...["dockerode", "@kubernetes/client-node", "pm2", "nodemon", "concurrently", "jsdom", "happy-dom", "fuse.js"],
+  ...["lunr", "flexsearch", "minisearch", "natural", "compromise", "i18next", "intl-messageformat", "rrule"],
+  ...["cron-parser", "chrono-node", "jsonpath-plus", "json5", "ini", "fast-json-stringify", "superjson"],
+  ...["devalue", "acorn-walk", "estraverse", "recast", "jscodeshift", "ts-morph", "magic-string", "esquery"],
+  ...["@typescript-eslint/parser", "stylelint", "sass", "less", "tailwindcss", "postcss-selector-parser", "csso"],
+  ...["clean-css", "html-minifier-terser", "svgo", "comlink", "piscina", "workerpool", "async-mutex", "p-retry"],
+  ...["bottleneck", "rate-limiter-flexible", "opossum", "cockatiel", "neverthrow", "purify-ts", "runtypes"],
+  ...["arktype", "ow", "node-html-parser", "jmespath", "js-base64", "buffer", "events", "path-to-regexp"],
 ] as const;
 
 const Version = z.object({

@@ -3,7 +3,7 @@
  * mined from. Run once and committed: a later run sees newer releases and may pick other packages,
  * while the pipeline (`npm run train:data`) only ever reads the committed file.
  *
- *   npx tsx train/select.ts [--npm 2500] [--per-language 330] [--out train/packages.json]
+ *   npx tsx train/select.ts [--npm 3000] [--per-language 400] [--out train/packages.json]
  */
 import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
@@ -17,8 +17,8 @@ import { selectNpm } from "./select-npm.js";
 
 const { values: args } = parseArgs({
   options: {
-    npm: { type: "string", default: "2500" },
-    "per-language": { type: "string", default: "330" },
+    npm: { type: "string", default: "3000" },
+    "per-language": { type: "string", default: "400" },
     out: { type: "string", default: fileURLToPath(PACKAGES_JSON) },
   },
 });
