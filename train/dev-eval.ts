@@ -2,7 +2,7 @@
  * The dev eval's codebases (ramda, rxjs, async, and the Debian Python, Go and Rust ones), scored
  * offline: the same questions and comment-free chunks `npm run eval` builds, ranked by the model
  * alone, by the identifier-split BM25 baseline, and by the two fused as the Workspace object fuses
- * its channels. It runs in seconds, not through the edge, so training can report it after every
+ * its channels (`fuseScores`, at its lexical weight and either side of it). It runs in seconds, not through the edge, so training can report it after every
  * epoch; `npm run eval` remains the figure of record. Never a training set: these codebases are
  * only ever evaluated.
  */
@@ -16,6 +16,7 @@ import { buildCorpus, type EvalQuery } from "../eval/corpus.js";
 import { extractDeb, fetchDeb } from "../eval/debian.js";
 import { extractTarball, fetchTarball } from "../eval/fetch.js";
 import { firstHit, score } from "../eval/metrics.js";
+import { fuseScores, LEXICAL_WEIGHT } from "../protocol/fusion.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
 import { embedStatic, ModelTokenizer, type StaticModel } from "../protocol/embedder/static.js";
@@ -66,19 +67,26 @@ async function load(label: string, unpack: (dest: string) => Promise<Layout>): P
 
 /** Every dev codebase, fetched (or taken from the eval's cache) and prepared once. */
 export async function loadDevCodebases(): Promise<DevCodebase[]> {
-  const npm = EVAL_PACKAGES.map((p) =>
-    load(`${p.name}@${p.version}`, async (dest) => {
-      await extractTarball(await fetchTarball(p.name, p.version), dest);
-      return { roots: p.roots, exclude: p.exclude };
-    }),
-  );
-  const debian = DEBIAN_PACKAGES.map((p) =>
-    load(`${p.name}@${p.version}`, async (dest) => {
-      await extractDeb(await fetchDeb(p), dest);
-      return { roots: p.roots, exclude: p.exclude };
-    }),
-  );
-  return Promise.all([...npm, ...debian]);
+  const loaders = [
+    ...EVAL_PACKAGES.map(
+      (p) => () =>
+        load(`${p.name}@${p.version}`, async (dest) => {
+          await extractTarball(await fetchTarball(p.name, p.version), dest);
+          return { roots: p.roots, exclude: p.exclude };
+        }),
+    ),
+    ...DEBIAN_PACKAGES.map(
+      (p) => () =>
+        load(`${p.name}@${p.version}`, async (dest) => {
+          await extractDeb(await fetchDeb(p), dest);
+          return { roots: p.roots, exclude: p.exclude };
+        }),
+    ),
+  ];
+  // One at a time: web-tree-sitter loading two grammars at once can fail to link the second.
+  const out: DevCodebase[] = [];
+  for (const loader of loaders) out.push(await loader());
+  return out;
 }
 
 export interface DevScores {
@@ -90,18 +98,10 @@ export interface DevScores {
   fused: Map<number, number>;
 }
 
-/** Reciprocal rank fusion, as `durable-objects/fusion.ts` does it. */
-function fuse(lists: readonly { ids: readonly number[]; weight: number }[]): number[] {
-  const scores = new Map<number, number>();
-  for (const { ids, weight } of lists)
-    ids.forEach((id, r) => scores.set(id, (scores.get(id) ?? 0) + weight / (61 + r)));
-  return [...scores].sort((a, b) => b[1] - a[1] || a[0] - b[0]).map(([id]) => id);
-}
-
 export function evaluateModel(
   model: StaticModel,
   codebase: DevCodebase,
-  lexicalWeights: readonly number[] = [0.5, 1, 2],
+  lexicalWeights: readonly number[] = [0.3, LEXICAL_WEIGHT, 0.8],
 ): DevScores {
   const tokenizer = new ModelTokenizer();
   const dims = model.dims;
@@ -116,25 +116,16 @@ export function evaluateModel(
       for (let d = 0; d < dims; d++) dot += v[d]! * q[d]!;
       return [i, dot] as const;
     });
-    const byModel = sims
-      .sort((a, b) => b[1] - a[1] || a[0] - b[0])
-      .slice(0, CANDIDATES)
-      .map(([i]) => i);
-    const byBm25 = codebase.bm25.search(query.text, CANDIDATES).map((h) => h.doc);
-    ranks.model.push(firstHit(at(byModel), query.targets));
-    ranks.bm25.push(firstHit(at(byBm25), query.targets));
-    for (const w of lexicalWeights)
-      fusedRanks.get(w)!.push(
-        firstHit(
-          at(
-            fuse([
-              { ids: byModel, weight: 1 },
-              { ids: byBm25, weight: w },
-            ]),
-          ),
-          query.targets,
-        ),
-      );
+    const byModel = sims.sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, CANDIDATES);
+    const byBm25 = codebase.bm25.search(query.text, CANDIDATES);
+    ranks.model.push(firstHit(at(byModel.map(([i]) => i)), query.targets));
+    ranks.bm25.push(firstHit(at(byBm25.map((h) => h.doc)), query.targets));
+    const vectorHits = byModel.map(([i, score]) => ({ id: String(i), score }));
+    const termHits = byBm25.map((h) => ({ id: String(h.doc), score: h.score }));
+    for (const w of lexicalWeights) {
+      const fused = fuseScores(vectorHits, termHits, w).map((h) => Number(h.id));
+      fusedRanks.get(w)!.push(firstHit(at(fused), query.targets));
+    }
   }
   return {
     label: codebase.label,
