@@ -24,7 +24,7 @@ describe("training exclusions by name", () => {
       "es-toolkit",
     ])
       expect(isExcludedFromTraining(name), name).toBe(true);
-    for (const name of ["express", "zod", "async-retry", "lodashed", "rxjs-compat-not"])
+    for (const name of ["express", "zod", "async-retry", "lodashed", "rxjsx"])
       expect(isExcludedFromTraining(name), name).toBe(false);
   });
 
@@ -68,6 +68,25 @@ describe("training exclusions by name", () => {
       "src/asyncHelpers.ts",
     ])
       expect(isExcludedFromTraining(path), path).toBe(false);
+  });
+
+  it("excludes packages named after a reserved one (extensions, plugins, ports), not names that merely start alike", () => {
+    for (const name of [
+      "python3-flask-restful",
+      "python3-click-log",
+      "underscore.string",
+      "rxjs-compat",
+      "prosemirror-tables",
+    ])
+      expect(isExcludedFromTraining(name), name).toBe(true);
+    for (const name of [
+      "python3-clickhouse-driver",
+      "python3-async-timeout",
+      "asyncio",
+      "flasky",
+      "golang-github-spf13-cobra-dev",
+    ])
+      expect(isExcludedFromTraining(name), name).toBe(false);
   });
 
   it("never selects an excluded Debian package, however many depend on it", () => {
