@@ -11,6 +11,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { format, resolveConfig } from "prettier";
 import { parseStaticModel, serializeStaticModel } from "../protocol/embedder/static.js";
 import { evaluateModel, formatDevScores, loadDevCodebases, type DevScores } from "./dev-eval.js";
 import { modelCard } from "./model-card.js";
@@ -85,25 +86,25 @@ async function main(): Promise<void> {
   writeFileSync(join(out, "weights.bin"), weights);
   writeFileSync(join(out, "vocab.txt"), vocab);
   const packages = JSON.parse(readFileSync(new URL("./packages.json", import.meta.url), "utf8"));
-  writeFileSync(
-    join(out, "MODEL_CARD.md"),
-    modelCard({
-      date: new Date().toISOString().slice(0, 10),
-      command: commandLine(),
-      settings,
-      weightsSha256: sha256(weights),
-      vocabSha256: sha256(vocab),
-      weightsBytes: weights.byteLength,
-      vocabSize: model.terms.length,
-      pairsUsed: pairs.length,
-      trainSeconds,
-      totalSeconds: (Date.now() - started) / 1000,
-      dataStats: data.stats,
-      packages,
-      dev: scores,
-      finalLoss,
-    }),
-  );
+  const cardPath = join(out, "MODEL_CARD.md");
+  const card = modelCard({
+    date: new Date().toISOString().slice(0, 10),
+    command: commandLine(),
+    settings,
+    weightsSha256: sha256(weights),
+    vocabSha256: sha256(vocab),
+    weightsBytes: weights.byteLength,
+    vocabSize: model.terms.length,
+    pairsUsed: pairs.length,
+    trainSeconds,
+    totalSeconds: (Date.now() - started) / 1000,
+    dataStats: data.stats,
+    packages,
+    dev: scores,
+    finalLoss,
+  });
+  // Formatted as the repository formats Markdown, so the card is committed as written.
+  writeFileSync(cardPath, await format(card, { ...(await resolveConfig(cardPath)), filepath: cardPath }));
   log(`wrote ${out}/weights.bin (${weights.byteLength} bytes), vocab.txt and MODEL_CARD.md`);
 }
 
