@@ -3,15 +3,36 @@ import { expect, it } from "vitest";
 import type { IndexedChunk } from "../../durable-objects/workspace.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { CommitResponse, SearchResponse } from "../../protocol/sync.js";
-import { quantile } from "../stats.js";
+import { VectorKey } from "../../protocol/vector-key.js";
+import { LexicalEmbedder } from "../../workers/embedders/builtin.js";
+import type { Embedder } from "../../workers/embedders/embedder.js";
+import { StaticEmbedder } from "../../workers/embedders/static.js";
+import { bundledStaticModel } from "../../workers/embedders/static-model.js";
+import { median, quantile } from "../stats.js";
 
 /**
- * Search latency at a number of chunks: synthetic unit vectors of 512 dimensions and Zipf-like
- * keyed terms, committed through the Workspace object's RPC in batches of 2,000 files of 5
- * chunks, then `SCALE_QUERIES` warm searches (vector + 8 terms, top 10) timed around the RPC.
+ * Search latency at a number of chunks, for each built-in embedder's vector shape in the same run:
+ * the old `sextant-lexical-v1` (512 dimensions) and the learned `sextant-static-v1` (128, from the
+ * model the Worker bundles). Both workspaces get the same Zipf-like keyed terms and synthetic unit
+ * vectors of their size, committed through the Workspace object's RPC in interleaved batches of
+ * 2,000 files of 5 chunks; then `SCALE_QUERIES` warm searches each (vector + 8 terms, top 10),
+ * alternating between the two with the same terms, timed around the RPC. The question's embedding
+ * happens in the route, before the RPC: it is measured here with the Worker's own embedders and
+ * added to the figures.
  */
-const DIMS = 512;
 const VOCABULARY = 200_000;
+/** Old first: each ratio is new over old. */
+const EMBEDDERS: readonly Embedder[] = [new LexicalEmbedder(), new StaticEmbedder(bundledStaticModel)];
+/** Typical 12-word questions, each embedded the way the search route does (embed, then rotate). */
+const QUESTIONS = [
+  "where does the workspace object store keyed terms for each committed chunk",
+  "how are expired api keys revoked before the cache entry times out",
+  "which function retries a failed upload with backoff after a rate limit",
+  "where is the merkle tree diffed against the edge root during sync",
+  "how does the gateway pick another backend when the first one fails",
+  "what parses the tree sitter grammar for python files inside the worker",
+];
+const QUESTION_BATCH = 2000;
 
 function random(seed: number) {
   let a = seed | 0;
@@ -23,46 +44,92 @@ function random(seed: number) {
   };
 }
 
-function unitVector(next: () => number): Float32Array {
-  const v = new Float32Array(DIMS);
+function unitVector(next: () => number, dims: number): Float32Array {
+  const v = new Float32Array(dims);
   let norm = 0;
-  for (let i = 0; i < DIMS; i++) {
+  for (let i = 0; i < dims; i++) {
     // Sum of uniforms: near enough Gaussian for a random direction.
     const x = next() + next() + next() - 1.5;
     v[i] = x;
     norm += x * x;
   }
   norm = Math.sqrt(norm);
-  for (let i = 0; i < DIMS; i++) v[i]! /= norm;
+  for (let i = 0; i < dims; i++) v[i]! /= norm;
   return v;
 }
 
 const zipfTerm = (next: () => number) => Math.floor(VOCABULARY ** next()) >>> 0;
 const segment = (prefix: string, n: number) => `${prefix}${n.toString(36)}`.padEnd(43, "A");
 const hex = (n: number) => n.toString(16).padStart(64, "0");
+const ms = (x: number) => `${x.toFixed(1)} ms`;
+const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
 
-it("measures search latency at each scale point", async () => {
+/**
+ * A question's cost in the route, ms: embedding it and rotating it by the vector key. workerd's
+ * clock moves only at I/O, so each batch ends with an RPC, and a batch of none gives what that adds.
+ */
+async function questionMs(embedder: Embedder, io: () => Promise<unknown>): Promise<number> {
+  const key = new Uint8Array(32).fill(7);
+  const batch = async (n: number) => {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) {
+      const [vector] = await embedder.embed([QUESTIONS[i % QUESTIONS.length]!], "query");
+      new VectorKey(key, embedder.dims).apply(vector!);
+    }
+    await io();
+    return performance.now() - t0;
+  };
+  // The first call parses the static model: once per isolate, measured by bench/embedder-coldstart.ts.
+  await batch(200);
+  const none: number[] = [];
+  const many: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    none.push(await batch(0));
+    many.push(await batch(QUESTION_BATCH));
+  }
+  return Math.max(0, median(many) - median(none)) / QUESTION_BATCH;
+}
+
+interface Shape {
+  embedder: Embedder;
+  stub: ReturnType<typeof workspaceStub>;
+  vectors: () => number;
+  times: number[];
+  coldMs: number;
+  questionMs: number;
+}
+
+it("measures search latency at each scale point for the old and the new embedder's vectors", async () => {
   const settings = env as unknown as { SCALE_POINTS: string; SCALE_QUERIES: string };
   const points = settings.SCALE_POINTS.split(",").map(Number);
   const queries = Number(settings.SCALE_QUERIES);
   const lines: string[] = [];
   for (const n of points) {
-    const stub = workspaceStub(env, `scale-${n}-${Date.now()}`);
-    await stub.init({ workspaceId: `ws_scale${n}`, orgId: "org_bench", createdAt: new Date().toISOString() });
-    const next = random(n);
+    const shapes: Shape[] = [];
+    for (const embedder of EMBEDDERS) {
+      const stub = workspaceStub(env, `scale-${n}-${embedder.dims}-${Date.now()}`);
+      await stub.init({
+        workspaceId: `ws_scale${n}d${embedder.dims}`,
+        orgId: "org_bench",
+        createdAt: new Date().toISOString(),
+      });
+      const vectors = random(n * 7919 + embedder.dims);
+      shapes.push({ embedder, stub, vectors, times: [], coldMs: 0, questionMs: 0 });
+    }
+    const terms = random(n);
     const files = Math.ceil(n / 5);
     const started = Date.now();
     for (let f0 = 0; f0 < files; f0 += 2000) {
       const upserts = [];
-      const chunks: IndexedChunk[] = [];
+      const chunks: Omit<IndexedChunk, "vector">[] = [];
       for (let f = f0; f < Math.min(files, f0 + 2000); f++) {
         const path = `${segment("d", f % 100)}/${segment("f", f)}`;
         upserts.push({ path, hash: hex(f + 1), size: 1000 });
         for (let c = 0; c < 5 && f * 5 + c < n; c++) {
-          const terms = new Map<number, number>();
+          const counts = new Map<number, number>();
           for (let t = 0; t < 30; t++) {
-            const id = zipfTerm(next);
-            terms.set(id, (terms.get(id) ?? 0) + 1);
+            const id = zipfTerm(terms);
+            counts.set(id, (counts.get(id) ?? 0) + 1);
           }
           chunks.push({
             path,
@@ -70,47 +137,76 @@ it("measures search latency at each scale point", async () => {
             startLine: c * 20 + 1,
             endLine: c * 20 + 20,
             language: "typescript",
-            vector: unitVector(next),
-            terms: { ids: Uint32Array.from(terms.keys()), counts: Uint16Array.from(terms.values()) },
+            terms: { ids: Uint32Array.from(counts.keys()), counts: Uint16Array.from(counts.values()) },
           });
         }
       }
-      const result = (await stub.commit({ upserts, deletes: [] }, chunks)) as CommitResponse;
-      expect(result.applied).toBe(upserts.length);
+      for (const shape of shapes) {
+        const vectored = chunks.map((chunk) => ({ ...chunk, vector: unitVector(shape.vectors, shape.embedder.dims) }));
+        const result = (await shape.stub.commit({ upserts, deletes: [] }, vectored)) as CommitResponse;
+        expect(result.applied).toBe(upserts.length);
+      }
     }
     const loadMs = Date.now() - started;
-    const ask = async () => {
+    const ask = async (shape: Shape, queryTerms: number[]) => {
       const t0 = performance.now();
-      const answer = (await stub.search({
-        vector: unitVector(next),
-        terms: Array.from({ length: 8 }, () => zipfTerm(next)),
+      const answer = (await shape.stub.search({
+        vector: unitVector(shape.vectors, shape.embedder.dims),
+        terms: queryTerms,
         topK: 10,
       })) as SearchResponse;
-      const ms = performance.now() - t0;
+      const elapsed = performance.now() - t0;
       expect(answer.results.length).toBe(10);
-      return ms;
+      return elapsed;
     };
-    const coldMs = await ask();
-    for (let i = 0; i < 10; i++) await ask();
-    const times: number[] = [];
-    for (let i = 0; i < queries; i++) times.push(await ask());
-    const stats = (await stub.indexStats())!;
+    const queryTerms = () => Array.from({ length: 8 }, () => zipfTerm(terms));
+    const first = queryTerms();
+    for (const shape of shapes) shape.coldMs = await ask(shape, first);
+    for (let i = 0; i < 10; i++) {
+      const same = queryTerms();
+      for (const shape of shapes) await ask(shape, same);
+    }
+    // Alternating, and each pair in turn led by the other, so the machine's load falls on both alike.
+    for (let i = 0; i < queries; i++) {
+      const same = queryTerms();
+      const order = i % 2 === 0 ? shapes : [...shapes].reverse();
+      for (const shape of order) shape.times.push(await ask(shape, same));
+    }
+    for (const shape of shapes) shape.questionMs = await questionMs(shape.embedder, () => shape.stub.indexStats());
+    for (const shape of shapes) {
+      const stats = (await shape.stub.indexStats())!;
+      const { times } = shape;
+      lines.push(
+        [
+          `${n.toLocaleString("en-US")} chunks`,
+          `p50 ${ms(quantile(times, 0.5))}`,
+          `p95 ${ms(quantile(times, 0.95))}`,
+          `p99 ${ms(quantile(times, 0.99))}`,
+          `max ${ms(Math.max(...times))}`,
+          `first query ${shape.coldMs.toFixed(0)} ms`,
+          `index memory ${((stats.backend?.hotBytes ?? 0) / 2 ** 20).toFixed(1)} MiB`,
+          `vectors ${stats.backend?.exact ? "int8, exact" : "1-bit estimate"}`,
+          `${stats.backend?.segments} segments, ${((stats.backend?.segmentBytes ?? 0) / 2 ** 20).toFixed(0)} MiB on R2`,
+          `${shape.embedder.dims} dims (${shape.embedder.model}), question embedded in ${(shape.questionMs * 1000).toFixed(0)} µs`,
+        ].join(" | "),
+      );
+      console.log(lines.at(-1));
+    }
+    const [old, now] = shapes as [Shape, Shape];
+    const at = (s: Shape, q: number) => quantile(s.times, q);
+    const withQuestion = (s: Shape, q: number) => at(s, q) + s.questionMs;
     lines.push(
-      [
-        `${n.toLocaleString("en-US")} chunks`,
-        `p50 ${quantile(times, 0.5).toFixed(1)} ms`,
-        `p95 ${quantile(times, 0.95).toFixed(1)} ms`,
-        `p99 ${quantile(times, 0.99).toFixed(1)} ms`,
-        `max ${Math.max(...times).toFixed(1)} ms`,
-        `first query ${coldMs.toFixed(0)} ms`,
-        `index memory ${((stats.backend?.hotBytes ?? 0) / 2 ** 20).toFixed(1)} MiB`,
-        `vectors ${stats.backend?.exact ? "int8, exact" : "1-bit estimate"}`,
-        `${stats.backend?.segments} segments, ${((stats.backend?.segmentBytes ?? 0) / 2 ** 20).toFixed(0)} MiB on R2`,
-        `loaded in ${(loadMs / 1000).toFixed(1)} s`,
-      ].join(" | "),
+      `${n.toLocaleString("en-US")} chunks | new/old (${now.embedder.dims}/${old.embedder.dims} dims), search alone: ` +
+        `p50 ${ratio(at(now, 0.5), at(old, 0.5))}, p95 ${ratio(at(now, 0.95), at(old, 0.95))}, p99 ${ratio(at(now, 0.99), at(old, 0.99))}; ` +
+        `with the question's embedding: p50 ${ms(withQuestion(now, 0.5))} / ${ms(withQuestion(old, 0.5))} (${ratio(withQuestion(now, 0.5), withQuestion(old, 0.5))}), ` +
+        `p95 ${ms(withQuestion(now, 0.95))} / ${ms(withQuestion(old, 0.95))} (${ratio(withQuestion(now, 0.95), withQuestion(old, 0.95))}), ` +
+        `p99 ${ms(withQuestion(now, 0.99))} / ${ms(withQuestion(old, 0.99))} (${ratio(withQuestion(now, 0.99), withQuestion(old, 0.99))}) | ` +
+        `both loaded in ${(loadMs / 1000).toFixed(1)} s`,
     );
     console.log(lines.at(-1));
-    await stub.destroy();
+    for (const shape of shapes) await shape.stub.destroy();
   }
-  console.log(`\nSearch latency (${queries} warm queries each, top 10, hybrid):\n${lines.join("\n")}`);
+  console.log(
+    `\nSearch latency (${queries} warm queries each, top 10, hybrid, the two shapes alternating):\n${lines.join("\n")}`,
+  );
 });
