@@ -1,4 +1,4 @@
-import { splitIdentifier, stem } from "./tokens.js";
+import { forEachWord, splitIdentifier, stem } from "./tokens.js";
 
 /**
  * The learned built-in embedder: a static embedding model. One table of token vectors is shared by
@@ -102,9 +102,6 @@ export function parseStaticModel(weights: ArrayBuffer | Uint8Array, vocabText: s
   return { name, dims, vocab, vectors, documentWeight: column(1), queryWeight: column(2) };
 }
 
-const isStart = (c: number) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c === 36;
-const isPart = (c: number) => isStart(c) || (c >= 48 && c <= 57);
-
 /**
  * The model's terms of a text, for questions and code alike: identifiers split into their words
  * (camelCase, snake_case, digits), lower-cased and lightly stemmed. Unlike the lexical channel's
@@ -115,24 +112,14 @@ export class ModelTokenizer {
 
   terms(text: string): string[] {
     const out: string[] = [];
-    const n = text.length;
-    for (let i = 0; i < n; ) {
-      const c = text.charCodeAt(i);
-      if (!isStart(c)) {
-        i++;
-        continue;
-      }
-      let end = i + 1;
-      while (end < n && isPart(text.charCodeAt(end))) end++;
-      const word = text.slice(i, end);
-      i = end;
+    forEachWord(text, (word) => {
       let terms = this.#words.get(word);
       if (!terms) {
         terms = splitIdentifier(word).map(stem);
         if (this.#words.size < 100_000) this.#words.set(word, terms);
       }
       for (const term of terms) out.push(term);
-    }
+    });
     return out;
   }
 }

@@ -79,6 +79,25 @@ const isStart = (c: number) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || 
 const isPart = (c: number) => isStart(c) || (c >= 48 && c <= 57);
 
 /**
+ * Calls `fn` with each identifier-like word of `text` in order: [A-Za-z_$][A-Za-z0-9_$]*, found by
+ * character code, without a match object per word. Both tokenizers (the lexical channel's and the
+ * model's) read text through it.
+ */
+export function forEachWord(text: string, fn: (word: string) => void): void {
+  const n = text.length;
+  for (let i = 0; i < n; ) {
+    if (!isStart(text.charCodeAt(i))) {
+      i++;
+      continue;
+    }
+    let end = i + 1;
+    while (end < n && isPart(text.charCodeAt(end))) end++;
+    fn(text.slice(i, end));
+    i = end;
+  }
+}
+
+/**
  * Tokenizes many texts, remembering how each distinct word splits and stems: a commit's chunks
  * repeat the same identifiers thousands of times. Scoped to one batch (one request), so no text
  * outlives it.
@@ -89,18 +108,7 @@ export class Tokenizer {
   tokenize(text: string): Token[] {
     const tokens: Token[] = [];
     let defining = false;
-    const n = text.length;
-    for (let i = 0; i < n; ) {
-      // Identifiers by character code: [A-Za-z_$][A-Za-z0-9_$]*, without a match object per word.
-      const c = text.charCodeAt(i);
-      if (!isStart(c)) {
-        i++;
-        continue;
-      }
-      let end = i + 1;
-      while (end < n && isPart(text.charCodeAt(end))) end++;
-      const word = text.slice(i, end);
-      i = end;
+    forEachWord(text, (word) => {
       let known = this.#words.get(word);
       if (!known) {
         const lower = word.toLowerCase();
@@ -112,9 +120,9 @@ export class Tokenizer {
       }
       const weight = defining ? 2 : 1;
       defining = known.defines;
-      if (known.stop) continue;
+      if (known.stop) return;
       for (const term of known.terms) tokens.push({ term, weight });
-    }
+    });
     return tokens;
   }
 }
