@@ -55,6 +55,19 @@ describe("indexing and search", () => {
     expect(answer.results).toHaveLength(2);
   });
 
+  it("answers a question of words the model does not know by keyed terms alone, not with arbitrary chunks", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const id = await indexed(account, key);
+    // No term of the model's vocabulary: a zero vector, whose ranking of the chunks would be noise.
+    const none = await expectJson(
+      await search(account, id, key, { query: "zqxjv wqpfk", topK: 3 }),
+      200,
+      SearchResponse,
+    );
+    expect(none.results).toEqual([]);
+  });
+
   it("is useless without the key: another key's query matches nothing in particular", async () => {
     const account = await createAccount();
     const key = vectorKeyOf();
