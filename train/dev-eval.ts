@@ -101,7 +101,7 @@ export interface DevScores {
 export function evaluateModel(
   model: StaticModel,
   codebase: DevCodebase,
-  lexicalWeights: readonly number[] = [0.3, LEXICAL_WEIGHT, 0.8],
+  lexicalWeights: readonly number[] = [...new Set([0.3, LEXICAL_WEIGHT, 2])].sort((a, b) => a - b),
 ): DevScores {
   const tokenizer = new ModelTokenizer();
   const dims = model.dims;

@@ -272,6 +272,7 @@ export function train(
   const s = new Float32Array(b * b);
   const colMax = new Float32Array(b);
   const colSum = new Float32Array(b);
+  const g = new Float32Array(b * b);
   const dq = new Float32Array(b * dims);
   const dc = new Float32Array(b * dims);
   const tableGrad = new Float32Array(v * dims);
@@ -297,7 +298,6 @@ export function train(
       for (let i = 0; i < b; i++) for (let j = 0; j < b; j++) colMax[j] = Math.max(colMax[j]!, s[i * b + j]!);
       colSum.fill(0);
       for (let i = 0; i < b; i++) for (let j = 0; j < b; j++) colSum[j]! += Math.exp(s[i * b + j]! - colMax[j]!);
-      const g = new Float32Array(b * b);
       for (let i = 0; i < b; i++) {
         let max = -Infinity;
         for (let j = 0; j < b; j++) max = Math.max(max, s[i * b + j]!);

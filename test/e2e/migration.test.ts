@@ -1,9 +1,6 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTree } from "../support/fixture.js";
-import { freePort, sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { restartableEdge } from "../support/local-edge.js";
 import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
 
 const FILES = {
@@ -33,29 +30,12 @@ export function backoffDelay(attempt: number): number {
  */
 describe("moving a workspace to the edge's new embedder", () => {
   let standIn: OpenAIStandIn;
-  let edge: LocalEdge | undefined;
-  let port: number;
-  let env: Record<string, string>;
   let dir: string;
-  const cli = (args: string[]) => sextantAsync(args, env);
-  const json = async (args: string[]) => {
-    const result = await cli(["--json", ...args]);
-    expect(result.code, result.stderr).toBe(0);
-    return JSON.parse(result.stdout);
-  };
-  const start = async (vars: Record<string, string> = {}) => {
-    await edge?.stop();
-    edge = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
-  };
+  const local = restartableEdge();
+  const { cli, json, start } = local;
 
   beforeAll(async () => {
     standIn = await startOpenAIStandIn();
-    port = await freePort();
-    env = {
-      SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-      PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
-    };
     await start({
       EMBEDDER: "openai",
       EMBEDDING_BASE_URL: standIn.url,
@@ -67,7 +47,7 @@ describe("moving a workspace to the edge's new embedder", () => {
     await start();
   }, 240_000);
   afterAll(async () => {
-    await edge?.stop();
+    await local.stop();
     await standIn?.close();
   });
 

@@ -1,9 +1,8 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTree, writeTree } from "../support/fixture.js";
-import { freePort, sextantAsync, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+import { restartableEdge } from "../support/local-edge.js";
 import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
@@ -48,8 +47,6 @@ export class LruCache<K, V> {
 `,
 };
 
-const sextant = sextantAsync;
-
 /**
  * The real local edge configured with `EMBEDDER=openai` against the stand-in, driven by the real
  * CLI: commits embed chunk texts in batches, searches embed the query, an outage of the embedding
@@ -58,19 +55,8 @@ const sextant = sextantAsync;
  */
 describe("an OpenAI-compatible embedder behind the local edge", () => {
   let standIn: OpenAIStandIn;
-  let edge: LocalEdge | undefined;
-  let port: number;
-  let env: Record<string, string>;
-  const cli = (args: string[]) => sextant(args, env);
-  const json = async (args: string[]) => {
-    const result = await cli(["--json", ...args]);
-    expect(result.code, result.stderr).toBe(0);
-    return JSON.parse(result.stdout);
-  };
-  const start = async (vars: Record<string, string> = {}) => {
-    await edge?.stop();
-    edge = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
-  };
+  const local = restartableEdge();
+  const { cli, json, start, env } = local;
   const openai = () => ({
     EMBEDDER: "openai",
     EMBEDDING_BASE_URL: standIn.url,
@@ -83,12 +69,6 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
 
   beforeAll(async () => {
     standIn = await startOpenAIStandIn();
-    port = await freePort();
-    env = {
-      SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
-      SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
-      PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
-    };
     await start();
     // Several files: BM25 skips a term found in more than a third of the chunks, as a stop word.
     builtinDir = makeTree({
@@ -100,7 +80,7 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
     expect((await cli(["index", builtinDir])).code).toBe(0);
   }, 180_000);
   afterAll(async () => {
-    await edge?.stop();
+    await local.stop();
     await standIn?.close();
   });
 
@@ -146,9 +126,9 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
       "src/orbit/kepler.ts",
     );
     // The key and the text stop in the request, as with the built-in embedder.
-    expect(edge!.output()).not.toContain(standIn.apiKey);
+    expect(local.edge.output()).not.toContain(standIn.apiKey);
     const names = ["revokeApiKey", "evictKeyFromCache", "renderMarkdownTable", "compute_merkle_root"];
-    for (const name of names) expect(edge!.output()).not.toContain(name);
+    for (const name of names) expect(local.edge.output()).not.toContain(name);
     expect(scanDirectoryFor(env.PERSIST_TO!, [...names, standIn.apiKey])).toEqual([]);
   }, 120_000);
 

@@ -320,3 +320,41 @@ export function edgeWithCliForSuite(vars?: Record<string, string>): {
     cli: (args) => get().cli(args),
   };
 }
+
+/**
+ * A local edge a suite restarts with other vars on the same port, config and state (an embedder or
+ * backend changed under existing workspaces), and the CLI pointed at it with its own cache. `start`
+ * stops the running edge first; `json` runs a command with `--json` and expects it to succeed.
+ */
+export function restartableEdge() {
+  let port = 0;
+  let current: LocalEdge | undefined;
+  const env: Record<string, string> = {};
+  const cli = (args: string[]) => sextantAsync(args, env);
+  return {
+    env,
+    get edge(): LocalEdge {
+      if (!current) throw new Error("The edge has not been started.");
+      return current;
+    },
+    async start(vars: Record<string, string> = {}): Promise<void> {
+      if (port === 0) {
+        port = await freePort();
+        Object.assign(env, {
+          SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
+          SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
+          PERSIST_TO: mkdtempSync(join(tmpdir(), "sextant-state-")),
+        });
+      }
+      await current?.stop();
+      current = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
+    },
+    stop: async () => current?.stop(),
+    cli,
+    async json(args: string[]) {
+      const result = await cli(["--json", ...args]);
+      if (result.code !== 0) throw new Error(`sextant ${args.join(" ")} exited ${result.code}: ${result.stderr}`);
+      return JSON.parse(result.stdout);
+    },
+  };
+}
