@@ -94,6 +94,11 @@ export interface DevScores {
   queries: number;
   model: number;
   bm25: number;
+  /**
+   * MRR@10 if each query were answered by whichever of the model and BM25 ranks its answer higher:
+   * an upper bound that no fusion of the two can pass.
+   */
+  either: number;
   /** MRR@10 of the fusion at each lexical weight tried. */
   fused: Map<number, number>;
 }
@@ -106,7 +111,7 @@ export function evaluateModel(
   const tokenizer = new ModelTokenizer();
   const dims = model.dims;
   const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
-  const ranks = { model: [] as (number | null)[], bm25: [] as (number | null)[] };
+  const ranks = { model: [] as (number | null)[], bm25: [] as (number | null)[], either: [] as (number | null)[] };
   const fusedRanks = new Map(lexicalWeights.map((w) => [w, [] as (number | null)[]]));
   const at = (ids: readonly number[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[i]!);
   for (const query of codebase.queries) {
@@ -120,6 +125,8 @@ export function evaluateModel(
     const byBm25 = codebase.bm25.search(query.text, CANDIDATES);
     ranks.model.push(firstHit(at(byModel.map(([i]) => i)), query.targets));
     ranks.bm25.push(firstHit(at(byBm25.map((h) => h.doc)), query.targets));
+    const [m, b] = [ranks.model.at(-1)!, ranks.bm25.at(-1)!];
+    ranks.either.push(m === null ? b : b === null ? m : Math.min(m, b));
     const vectorHits = byModel.map(([i, score]) => ({ id: String(i), score }));
     const termHits = byBm25.map((h) => ({ id: String(h.doc), score: h.score }));
     for (const w of lexicalWeights) {
@@ -132,13 +139,38 @@ export function evaluateModel(
     queries: codebase.queries.length,
     model: score(ranks.model).mrrAt10,
     bm25: score(ranks.bm25).mrrAt10,
+    either: score(ranks.either).mrrAt10,
     fused: new Map([...fusedRanks].map(([w, r]) => [w, score(r).mrrAt10])),
   };
 }
 
-export function formatDevScores(rows: readonly DevScores[]): string {
+/** The rows' queries taken together: each figure weighted by its codebase's queries. */
+export function overall(rows: readonly DevScores[]): DevScores {
+  const n = rows.reduce((sum, r) => sum + r.queries, 0) || 1;
+  const mean = (f: (r: DevScores) => number) => rows.reduce((sum, r) => sum + f(r) * r.queries, 0) / n;
   const weights = [...(rows[0]?.fused.keys() ?? [])];
-  const head = ["codebase", "queries", "BM25-split", "model", "ratio", ...weights.map((w) => `fused w=${w}`)];
+  return {
+    label: "all queries",
+    queries: n,
+    model: mean((r) => r.model),
+    bm25: mean((r) => r.bm25),
+    either: mean((r) => r.either),
+    fused: new Map(weights.map((w) => [w, mean((r) => r.fused.get(w)!)])),
+  };
+}
+
+export function formatDevScores(perCodebase: readonly DevScores[]): string {
+  const rows = perCodebase.length > 1 ? [...perCodebase, overall(perCodebase)] : perCodebase;
+  const weights = [...(rows[0]?.fused.keys() ?? [])];
+  const head = [
+    "codebase",
+    "queries",
+    "BM25-split",
+    "model",
+    "ratio",
+    ...weights.map((w) => `fused w=${w}`),
+    "best of either",
+  ];
   const lines = rows.map((r) => [
     r.label,
     String(r.queries),
@@ -146,6 +178,7 @@ export function formatDevScores(rows: readonly DevScores[]): string {
     r.model.toFixed(3),
     `${(r.model / r.bm25).toFixed(2)}x`,
     ...weights.map((w) => `${r.fused.get(w)!.toFixed(3)} (${(r.fused.get(w)! / r.bm25).toFixed(2)}x)`),
+    `${r.either.toFixed(3)} (${(r.either / r.bm25).toFixed(2)}x)`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   return [head, ...lines].map((l) => l.map((cell, i) => cell.padEnd(widths[i]!)).join("  ")).join("\n");
