@@ -9,6 +9,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
+import { loadAgentScripts } from "./agent-script.js";
 import { z } from "zod";
 import { BackendOptions, SimulatorOptions, startSimulator } from "./simulator.js";
 
@@ -29,6 +30,7 @@ Without --config, one backend from flags:
   --max-concurrency <n>      default 2 × capacity
   --api-key <key>            require Authorization: Bearer <key>
   --embedding-dims <n>       default 16
+  --agent-scripts <dir>      the scripted agent model's scripts (*.json), for every backend
 `;
 
 const FLAGS = {
@@ -45,6 +47,7 @@ const FLAGS = {
   "max-concurrency": { type: "string" },
   "api-key": { type: "string" },
   "embedding-dims": { type: "string" },
+  "agent-scripts": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -73,6 +76,8 @@ function number(flag: string, value: string): number {
 
 async function options(): Promise<SimulatorOptions & { control: { port?: number } }> {
   const { values } = parseArgs({ options: FLAGS, strict: true, allowPositionals: false });
+  const scripts = values["agent-scripts"] === undefined ? undefined : loadAgentScripts(values["agent-scripts"]);
+  const withScripts = <T extends object>(b: T) => (scripts ? { ...b, agentScripts: scripts } : b);
   if (values.help) {
     process.stdout.write(USAGE);
     process.exit(0);
@@ -84,7 +89,7 @@ async function options(): Promise<SimulatorOptions & { control: { port?: number 
     if (!parsed.success) throw new Error(`${values.config}: ${issues(parsed.error)}`);
     const control = typeof parsed.data.control === "object" ? parsed.data.control : {};
     return {
-      backends: parsed.data.backends,
+      backends: parsed.data.backends.map(withScripts),
       control: { ...control, ...(controlPort === undefined ? {} : { port: controlPort }) },
     };
   }
@@ -98,7 +103,7 @@ async function options(): Promise<SimulatorOptions & { control: { port?: number 
   if (values["api-key"] !== undefined) backend.apiKey = values["api-key"];
   const parsed = BackendOptions.safeParse(backend);
   if (!parsed.success) throw new Error(issues(parsed.error));
-  return { backends: [parsed.data], control: controlPort === undefined ? {} : { port: controlPort } };
+  return { backends: [withScripts(parsed.data)], control: controlPort === undefined ? {} : { port: controlPort } };
 }
 
 async function main() {

@@ -19,6 +19,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
+import { AgentScript, scriptedFormat, scriptedTurn } from "./agent-script.js";
 import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
 
 const HOST = "127.0.0.1";
@@ -83,6 +84,8 @@ const tunables = {
   /** `anthropic`: the shortest prefix, in prompt tokens, its prompt cache keeps (default 1024). */
   cacheMinTokens: z.number().int().min(1).optional(),
   fault: Fault.optional(),
+  /** Scripts of the scripted agent model (agent-script.ts); a chat request one matches is answered from it. */
+  agentScripts: z.array(AgentScript).optional(),
 };
 
 export const BackendPatch = z.strictObject(tunables);
@@ -182,6 +185,7 @@ function resolve(options: BackendOptions, port: number): ResolvedBackendOptions 
     embeddingDims: options.embeddingDims ?? 16,
     cacheMinTokens: options.cacheMinTokens ?? 1024,
     fault: options.fault ?? { type: "none" },
+    agentScripts: options.agentScripts ?? [],
   };
 }
 
@@ -868,18 +872,20 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
     };
   },
-  "POST /v1/chat/completions": (body) => {
+  "POST /v1/chat/completions": (body, o) => {
     const r = ChatBody.safeParse(body);
     if (!r.success) return firstIssue(r.error);
+    const scripted = r.data.tool_choice === "none" ? undefined : scriptedTurn(o.agentScripts, r.data.messages);
     const chars = r.data.messages.reduce((sum, { content }) => {
       if (typeof content === "string") return sum + content.length;
       return sum + (content ?? []).reduce((s, part) => s + (part.text?.length ?? 0), 0);
     }, 0);
     return {
-      format: chatFormat(r.data),
+      format: scripted ? scriptedFormat(scripted) : chatFormat(r.data),
       model: r.data.model,
       promptTokens: promptTokens(chars),
-      maxTokens: r.data.max_completion_tokens ?? r.data.max_tokens ?? null,
+      // A scripted turn is whole whatever the limit: it is a fixed answer, not a generation.
+      maxTokens: scripted ? null : (r.data.max_completion_tokens ?? r.data.max_tokens ?? null),
       stream: r.data.stream ?? false,
       includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
     };
