@@ -31,6 +31,7 @@ import {
   type SearchRequest,
   type StageRequest,
 } from "../../protocol/sync.js";
+import { Agents } from "./agents.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
 
@@ -81,6 +82,8 @@ function transport(token: string | undefined, options: ClientOptions): HttpClien
  */
 export class Sextant {
   readonly http: HttpClient;
+  /** Coding-agent tasks: create, upload, start, follow, steer, cancel, diff. */
+  readonly agents: Agents;
 
   constructor(options: SextantOptions = {}) {
     const apiKey = options.apiKey ?? envVar("SEXTANT_API_KEY");
@@ -93,6 +96,7 @@ export class Sextant {
       );
     }
     this.http = transport(apiKey, options);
+    this.agents = new Agents(this.http);
   }
 
   get baseURL(): string {
