@@ -10,6 +10,7 @@ export default defineConfig({
       "test/e2e/**/*.test.ts",
       "test/simulator/**/*.test.ts",
       "test/gpu-backends/**/*.test.ts",
+      "test/sandboxes/**/*.test.ts",
     ],
     // Generous: many tests start processes (an edge, the CLI), which a machine busy with other work slows down.
     testTimeout: 120_000,

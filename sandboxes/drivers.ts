@@ -1,0 +1,148 @@
+/**
+ * How a sandbox's commands are isolated. Both drivers cap each command with rlimits (address space,
+ * processes, CPU seconds, file size) and, when the host runs as root, run it as the sandbox's own
+ * unprivileged uid, so that the process cap counts only that sandbox's processes and one sandbox
+ * cannot read another's tree.
+ *
+ * - `bubblewrap`: a fresh mount, pid, network, IPC and UTS namespace per command. The command sees
+ *   /usr and a few files of /etc read-only, its tree read-write at /workspace, a private /tmp, and
+ *   no network at all; every process it started dies with it (its pid namespace ends).
+ * - `direct`: rlimits and the uid only, no namespaces. Meant for a Cloudflare Container, where the
+ *   container is the isolation and holds one host's sandboxes, and for machines without bubblewrap.
+ *   Commands can see the container's filesystem (read-only where permissions say so) and its network.
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import type { SandboxLimits } from "../protocol/agents/sandbox.js";
+import { runCapped, type RunResult, type SpawnSpec } from "./process.js";
+
+export type { RunResult } from "./process.js";
+
+export interface RunOptions {
+  tree: string;
+  command: string;
+  timeoutMs: number;
+  limits: SandboxLimits;
+  env?: Record<string, string>;
+  /** The sandbox's uid: commands drop to it when the host runs as root. */
+  uid?: number;
+  /** A writable directory outside the tree for HOME and TMPDIR (the `direct` driver). */
+  scratch?: string;
+  signal?: AbortSignal;
+}
+
+export interface SandboxDriver {
+  name: string;
+  /** The tree's path as its commands see it (compilers print paths under it). */
+  workdir(tree: string): string;
+  run(opts: RunOptions): Promise<RunResult>;
+}
+
+export const DRIVER_NAMES = ["bubblewrap", "direct"] as const;
+export type DriverName = (typeof DRIVER_NAMES)[number];
+
+const PATH = "/usr/local/bin:/usr/bin:/bin";
+const isRoot = () => process.getuid?.() === 0;
+
+function rlimits(limits: SandboxLimits): string[] {
+  return [
+    `--as=${limits.memoryBytes}`,
+    `--nproc=${limits.pids}`,
+    `--cpu=${limits.cpuSeconds}`,
+    `--fsize=${limits.diskBytes}`,
+  ];
+}
+
+function dropTo(uid: number | undefined): string[] {
+  if (!isRoot() || uid === undefined) return [];
+  return ["setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "--no-new-privs", "--"];
+}
+
+const shell = (command: string) => ["sh", "-c", command];
+
+/** What of /etc a command needs: users, name resolution's config, the alternatives /usr/bin links into, TLS roots. */
+const ETC = [
+  "passwd",
+  "group",
+  "hosts",
+  "nsswitch.conf",
+  "localtime",
+  "alternatives",
+  "ssl",
+  "ca-certificates",
+  "ld.so.cache",
+  "ld.so.conf",
+  "ld.so.conf.d",
+];
+
+function bubblewrapArgs(opts: RunOptions): string[] {
+  const binds: string[] = ["--ro-bind", "/usr", "/usr"];
+  for (const dir of ["bin", "lib", "lib64", "lib32", "sbin"]) {
+    const path = `/${dir}`;
+    if (!existsSync(path)) continue;
+    binds.push("--ro-bind", path, path);
+  }
+  // Made by bubblewrap (as root, 0700 unless told): the command's uid must be able to enter it.
+  binds.push("--perms", "0755", "--dir", "/etc");
+  for (const name of ETC) binds.push("--ro-bind-try", `/etc/${name}`, `/etc/${name}`);
+  const env = { PATH, HOME: "/tmp", LANG: "C.UTF-8", ...opts.env };
+  // As root, bubblewrap needs no user namespace; the command then drops to the sandbox's uid itself,
+  // after the tree is mounted (so the tree's parents need not be searchable by that uid).
+  const namespaces = isRoot()
+    ? ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    : ["--unshare-all"];
+  return [
+    ...rlimits(opts.limits),
+    "--",
+    "bwrap",
+    ...namespaces,
+    "--die-with-parent",
+    "--new-session",
+    ...binds,
+    "--bind",
+    opts.tree,
+    "/workspace",
+    "--perms",
+    "1777",
+    "--tmpfs",
+    "/tmp",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--chdir",
+    "/workspace",
+    "--clearenv",
+    ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
+    "--",
+    ...dropTo(opts.uid),
+    ...shell(opts.command),
+  ];
+}
+
+export const bubblewrapDriver: SandboxDriver = {
+  name: "bubblewrap",
+  workdir: () => "/workspace",
+  run(opts) {
+    const spec: SpawnSpec = { file: "prlimit", args: bubblewrapArgs(opts), cwd: opts.tree, env: { PATH } };
+    return runCapped(spec, { timeoutMs: opts.timeoutMs, outputBytes: opts.limits.outputBytes, signal: opts.signal });
+  },
+};
+
+export const directDriver: SandboxDriver = {
+  name: "direct",
+  workdir: (tree) => tree,
+  run(opts) {
+    const scratch = opts.scratch ?? join(opts.tree, "..", "scratch");
+    const argv = [...dropTo(opts.uid), "prlimit", ...rlimits(opts.limits), "--", ...shell(opts.command)];
+    const spec: SpawnSpec = {
+      file: argv[0]!,
+      args: argv.slice(1),
+      cwd: opts.tree,
+      env: { PATH, HOME: scratch, TMPDIR: scratch, LANG: "C.UTF-8", ...opts.env },
+    };
+    return runCapped(spec, { timeoutMs: opts.timeoutMs, outputBytes: opts.limits.outputBytes, signal: opts.signal });
+  },
+};
+
+export const DRIVERS: Record<DriverName, SandboxDriver> = { bubblewrap: bubblewrapDriver, direct: directDriver };

@@ -1,0 +1,334 @@
+/**
+ * The agent's tools as the sandbox host runs them, on one task's tree. File tools run in the host,
+ * on the tree only: every path is resolved through symlinks and refused if it leads outside.
+ * Commands (run_terminal, read_lints) run through the sandbox's driver. A tool's failure is a result
+ * the model reads (`{ ok: false, error: { code, message } }`), never a host error.
+ */
+import { createHash } from "node:crypto";
+import vm from "node:vm";
+import { existsSync } from "node:fs";
+import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
+import { dirname, join, relative, sep } from "node:path";
+import type { SandboxLimits } from "../protocol/agents/sandbox.js";
+import { toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
+import type { RunResult, SandboxDriver } from "./drivers.js";
+
+export interface ToolContext {
+  tree: string;
+  limits: SandboxLimits;
+  driver: SandboxDriver;
+  uid: number;
+  /** Aborted when the sandbox is destroyed. */
+  signal?: AbortSignal;
+  /** Called with a written file's path, so the host can hand it to the sandbox's user. */
+  wrote(path: string): Promise<void>;
+  /** Called with each command's result, so the host can count the sandbox's command time. */
+  ran(result: RunResult): void;
+}
+
+export class ToolError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const SKIPPED_DIRS = new Set([".git", "node_modules"]);
+const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
+const isBinary = (bytes: Buffer) => bytes.subarray(0, 8000).includes(0);
+
+/** The host path of a tree path, refused if it (or a symlink on the way) leads outside the tree. */
+export async function inside(tree: string, path: string): Promise<string> {
+  const root = await realpath(tree);
+  const target = join(root, path === "." ? "" : path);
+  if (target !== root && !target.startsWith(root + sep))
+    throw new ToolError("outside_tree", `${path} is outside the tree.`);
+  // The deepest part of the path that exists, with its symlinks resolved, must still be in the tree.
+  let existing = target;
+  while (!existsSync(existing) && existing !== root) existing = dirname(existing);
+  let resolved: string;
+  try {
+    resolved = await realpath(existing);
+  } catch {
+    // A dangling symlink: see where it points.
+    resolved = existing;
+    const link = await lstat(existing).catch(() => undefined);
+    if (link?.isSymbolicLink()) throw new ToolError("outside_tree", `${path} goes through a broken symlink.`);
+  }
+  if (resolved !== root && !resolved.startsWith(root + sep))
+    throw new ToolError("outside_tree", `${path} leads outside the tree through a symlink.`);
+  return target;
+}
+
+function cap(text: string, bytes: number): { text: string; truncated: boolean } {
+  const buffer = Buffer.from(text, "utf8");
+  if (buffer.length <= bytes) return { text, truncated: false };
+  return {
+    text: buffer
+      .subarray(0, bytes)
+      .toString("utf8")
+      .replace(/\uFFFD$/, ""),
+    truncated: true,
+  };
+}
+
+async function readText(ctx: ToolContext, path: string): Promise<{ file: string; bytes: Buffer }> {
+  const file = await inside(ctx.tree, path);
+  const info = await stat(file).catch(() => undefined);
+  if (!info) throw new ToolError("not_found", `${path} does not exist.`);
+  if (info.isDirectory()) throw new ToolError("is_directory", `${path} is a directory.`);
+  return { file, bytes: await readFile(file) };
+}
+
+async function readFileTool(ctx: ToolContext, a: { path: string; startLine?: number; endLine?: number }) {
+  const { bytes } = await readText(ctx, a.path);
+  if (isBinary(bytes)) throw new ToolError("binary", `${a.path} is a binary file.`);
+  const text = bytes.toString("utf8");
+  // Where each line starts: line n is text.slice(starts[n - 1], starts[n]), its newline included.
+  const starts = [0];
+  for (let i = text.indexOf("\n"); i >= 0 && i < text.length - 1; i = text.indexOf("\n", i + 1)) starts.push(i + 1);
+  const total = text.length === 0 ? 0 : starts.length;
+  starts.push(text.length);
+  const start = a.startLine ?? 1;
+  let end = Math.min(a.endLine ?? total, total);
+  if (start > Math.max(total, 1) || end < start - 1)
+    throw new ToolError("invalid_arguments", `${a.path} has ${total} lines; ask for a range within them.`);
+  // Whole lines up to the output cap; a first line longer than the cap is cut.
+  let truncated = false;
+  let size = 0;
+  for (let line = start; line <= end; line++) {
+    size += Buffer.byteLength(text.slice(starts[line - 1], starts[line]));
+    if (size <= ctx.limits.outputBytes) continue;
+    truncated = true;
+    end = Math.max(line - 1, start);
+    break;
+  }
+  const selected = text.slice(starts[start - 1], starts[end]);
+  const content = truncated ? cap(selected, ctx.limits.outputBytes).text : selected;
+  return { path: a.path, content, startLine: start, endLine: end, lines: total, hash: sha256(bytes), truncated };
+}
+
+/** Visits the entries under `dir`; a symlink is visited as a file and never followed. */
+async function walk(ctx: ToolContext, dir: string, depth: number, visit: (rel: string, isDir: boolean) => boolean) {
+  const root = await realpath(ctx.tree);
+  const go = async (abs: string, level: number): Promise<boolean> => {
+    const entries = await readdir(abs, { withFileTypes: true }).catch(() => []);
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      const path = join(abs, entry.name);
+      const rel = relative(root, path).split(sep).join("/");
+      const isDir = entry.isDirectory();
+      if (!visit(rel, isDir)) return false;
+      if (isDir && level < depth && !SKIPPED_DIRS.has(entry.name) && !(await go(path, level + 1))) return false;
+    }
+    return true;
+  };
+  return go(dir, 1);
+}
+
+async function listDir(ctx: ToolContext, a: { path?: string; depth: number }) {
+  const dir = await inside(ctx.tree, a.path ?? ".");
+  if (!(await stat(dir).catch(() => undefined))?.isDirectory())
+    throw new ToolError("not_found", `${a.path ?? "."} is not a directory.`);
+  const entries: string[] = [];
+  let bytes = 0;
+  const complete = await walk(ctx, dir, a.depth, (rel, isDir) => {
+    const entry = isDir ? `${rel}/` : rel;
+    bytes += entry.length + 1;
+    if (bytes > ctx.limits.outputBytes || entries.length >= 5000) return false;
+    entries.push(entry);
+    return true;
+  });
+  return { entries, truncated: !complete };
+}
+
+const GREP_BUDGET_MS = 10_000;
+const SCAN = new vm.Script("hits = []; for (let i = 0; i < lines.length; i++) if (regex.test(lines[i])) hits.push(i);");
+
+async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignoreCase: boolean; maxResults: number }) {
+  let regex: RegExp;
+  try {
+    regex = new RegExp(a.pattern, a.ignoreCase ? "i" : "");
+  } catch (err) {
+    throw new ToolError("invalid_arguments", `The pattern is not a regular expression: ${(err as Error).message}`);
+  }
+  const dir = await inside(ctx.tree, a.path ?? ".");
+  const files: string[] = [];
+  await walk(ctx, dir, 64, (rel, isDir) => {
+    if (!isDir) files.push(rel);
+    return files.length < 20_000;
+  });
+  const root = await realpath(ctx.tree);
+  const matches: { path: string; line: number; text: string }[] = [];
+  let bytes = 0;
+  let truncated = false;
+  // The host's event loop serves every sandbox: a pattern that backtracks without end is stopped.
+  const budgetMs = Math.min(ctx.limits.commandTimeoutMs, GREP_BUDGET_MS);
+  const deadline = performance.now() + budgetMs;
+  const scan = vm.createContext({ regex, lines: [] as string[], hits: [] as number[] });
+  for (const rel of files) {
+    // Symlinks are not searched: one could lead outside the tree.
+    const info = await lstat(join(root, rel)).catch(() => undefined);
+    if (!info?.isFile() || info.size > 4 * 2 ** 20) continue;
+    const bytesOf = await readFile(join(root, rel)).catch(() => undefined);
+    if (!bytesOf || isBinary(bytesOf) || bytesOf.length > 4 * 2 ** 20) continue;
+    const lines = bytesOf.toString("utf8").split("\n");
+    scan.lines = lines;
+    try {
+      SCAN.runInContext(scan, { timeout: Math.max(1, Math.round(deadline - performance.now())) });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ERR_SCRIPT_EXECUTION_TIMEOUT") throw err;
+      throw new ToolError(
+        "timeout",
+        `The pattern took over ${budgetMs} ms to run; simplify it (nested repetition backtracks).`,
+      );
+    }
+    for (const i of scan.hits as number[]) {
+      const text = lines[i]!.slice(0, 500);
+      bytes += text.length + rel.length + 16;
+      if (matches.length >= a.maxResults || bytes > ctx.limits.outputBytes) {
+        truncated = true;
+        return { matches, truncated };
+      }
+      matches.push({ path: rel, line: i + 1, text });
+    }
+  }
+  return { matches, truncated };
+}
+
+async function write(ctx: ToolContext, file: string, content: string | Buffer): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  await writeFile(file, content);
+  await ctx.wrote(file);
+}
+
+async function editFile(
+  ctx: ToolContext,
+  a: { path: string; oldText: string; newText: string; expectedHash?: string },
+) {
+  const { file, bytes } = await readText(ctx, a.path);
+  if (a.expectedHash && sha256(bytes) !== a.expectedHash)
+    throw new ToolError("hash_mismatch", `${a.path} changed since it was read (its hash is ${sha256(bytes)}).`);
+  const text = bytes.toString("utf8");
+  const at = text.indexOf(a.oldText);
+  if (at < 0) throw new ToolError("no_match", `oldText does not occur in ${a.path}.`);
+  if (text.indexOf(a.oldText, at + 1) >= 0)
+    throw new ToolError("ambiguous_match", `oldText occurs more than once in ${a.path}; include more context.`);
+  const next = text.slice(0, at) + a.newText + text.slice(at + a.oldText.length);
+  await write(ctx, file, next);
+  return { path: a.path, hash: sha256(next) };
+}
+
+async function createFile(ctx: ToolContext, a: { path: string; content: string }) {
+  const file = await inside(ctx.tree, a.path);
+  if (await lstat(file).catch(() => undefined)) throw new ToolError("exists", `${a.path} already exists.`);
+  await write(ctx, file, a.content);
+  return { path: a.path, hash: sha256(a.content) };
+}
+
+async function deleteFile(ctx: ToolContext, a: { path: string }) {
+  const file = await inside(ctx.tree, a.path);
+  const info = await lstat(file).catch(() => undefined);
+  if (!info) throw new ToolError("not_found", `${a.path} does not exist.`);
+  if (info.isDirectory()) throw new ToolError("is_directory", `${a.path} is a directory.`);
+  await rm(file);
+  return { path: a.path };
+}
+
+async function runTerminal(ctx: ToolContext, a: { command: string; timeoutMs: number }) {
+  const result = await ctx.driver.run({
+    tree: ctx.tree,
+    command: a.command,
+    timeoutMs: Math.min(a.timeoutMs, ctx.limits.commandTimeoutMs),
+    limits: ctx.limits,
+    uid: ctx.uid,
+    ...(ctx.signal ? { signal: ctx.signal } : {}),
+  });
+  ctx.ran(result);
+  return result;
+}
+
+/** `file(line,col): error TSxxxx: message`, as `tsc --pretty false` prints a diagnostic. */
+const TSC_LINE = /^(.+?)\((\d+),(\d+)\): (error|warning) (TS\d+): (.*)$/;
+
+async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: number }) {
+  const has = (p: string) => existsSync(join(ctx.tree, p));
+  const linters: { name: string; exitCode: number | null }[] = [];
+  const diagnostics: {
+    path: string;
+    line: number;
+    column: number;
+    severity: string;
+    message: string;
+    source: string;
+  }[] = [];
+  const run = (command: string) => runTerminal(ctx, { command, timeoutMs: a.timeoutMs ?? ctx.limits.commandTimeoutMs });
+  if (has("tsconfig.json") && has("node_modules/.bin/tsc")) {
+    const r = await run("node_modules/.bin/tsc --noEmit --pretty false");
+    linters.push({ name: "tsc", exitCode: r.exitCode });
+    for (const line of r.stdout.split("\n")) {
+      const m = TSC_LINE.exec(line.trim());
+      if (m)
+        diagnostics.push({ path: m[1]!, line: +m[2]!, column: +m[3]!, severity: m[4]!, message: m[6]!, source: m[5]! });
+    }
+  }
+  const eslintConfig = ["eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", ".eslintrc.json", ".eslintrc.js"];
+  if (eslintConfig.some(has) && has("node_modules/.bin/eslint")) {
+    const targets = (a.paths ?? ["."]).map((p) => `'${p.replace(/'/g, "'\\''")}'`).join(" ");
+    const r = await run(`node_modules/.bin/eslint -f json ${targets}`);
+    linters.push({ name: "eslint", exitCode: r.exitCode });
+    try {
+      for (const file of JSON.parse(r.stdout) as { filePath: string; messages: Record<string, unknown>[] }[])
+        for (const m of file.messages)
+          diagnostics.push({
+            path: relative(ctx.driver.workdir(ctx.tree), file.filePath),
+            line: Number(m.line ?? 0),
+            column: Number(m.column ?? 0),
+            severity: m.severity === 2 ? "error" : "warning",
+            message: String(m.message ?? ""),
+            source: String(m.ruleId ?? "eslint"),
+          });
+    } catch {
+      // eslint failed before it could report: its exit code says so.
+    }
+  }
+  const wanted = a.paths && new Set(a.paths);
+  return { linters, diagnostics: wanted ? diagnostics.filter((d) => wanted.has(d.path)) : diagnostics };
+}
+
+const RUNNERS: Record<string, (ctx: ToolContext, args: never) => Promise<unknown>> = {
+  read_file: readFileTool,
+  list_dir: listDir,
+  grep,
+  edit_file: editFile,
+  create_file: createFile,
+  delete_file: deleteFile,
+  run_terminal: runTerminal,
+  read_lints: readLints,
+};
+
+/** Runs one tool call: its arguments checked against the tool's schema, its failure a result. */
+export async function runTool(ctx: ToolContext, name: string, args: unknown): Promise<ToolOutcome> {
+  const tool = toolNamed(name);
+  const runner = RUNNERS[name];
+  if (!tool || !runner)
+    return { ok: false, error: { code: "unknown_tool", message: `The host runs no tool named ${name}.` } };
+  const parsed = tool.args.safeParse(args);
+  if (!parsed.success)
+    return {
+      ok: false,
+      error: {
+        code: "invalid_arguments",
+        message: parsed.error.issues.map((i) => `${i.path.join(".") || "arguments"}: ${i.message}`).join("; "),
+      },
+    };
+  try {
+    return { ok: true, result: await runner(ctx, parsed.data as never) };
+  } catch (err) {
+    if (err instanceof ToolError) return { ok: false, error: { code: err.code, message: err.message } };
+    const code = (err as NodeJS.ErrnoException).code;
+    return { ok: false, error: { code: "io_error", message: `${name} failed: ${code ?? (err as Error).message}` } };
+  }
+}
