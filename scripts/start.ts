@@ -6,7 +6,7 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Sextant, SextantAdmin } from "../client/sdk/client.js";
 import { AuthenticationError } from "../client/sdk/errors.js";
@@ -17,7 +17,9 @@ import {
   readJsonFile,
   writeSecretFile,
 } from "../client/cli/credentials.js";
+import { loadAgentScripts } from "../gpu-backends/simulator/agent-script.js";
 import { startSimulator, type Simulator } from "../gpu-backends/simulator/simulator.js";
+import { startLocalSandboxHost, type LocalSandboxHost } from "./local-sandbox.js";
 import { startEdge } from "./edge.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
 
@@ -34,6 +36,11 @@ const { values: args } = parseArgs({
     dev: { type: "boolean", default: false },
     /** A line per request on the console (always on with `--dev`). */
     "log-requests": { type: "boolean", default: false },
+    /** Scripts for the simulator's scripted agent model (`gpu-backends/simulator/README.md`). */
+    "agent-scripts": {
+      type: "string",
+      default: process.env.SEXTANT_AGENT_SCRIPTS ?? "gpu-backends/simulator/agent-scripts",
+    },
   },
 });
 const baseURL = `http://${args.ip}:${args.port}`;
@@ -99,7 +106,11 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
   const config = process.env.GATEWAY_CONFIG;
   if (config) vars.push(`GATEWAY_CONFIG:${config.trimStart().startsWith("{") ? config : readFileSync(config, "utf8")}`);
   if (vars.some((v) => GATEWAY_VARS.some((name) => v.startsWith(`${name}:`)))) return { vars };
-  const simulator = await startSimulator({ backends: LOCAL_BACKENDS, control: true });
+  const agentScripts = existsSync(args["agent-scripts"]) ? loadAgentScripts(args["agent-scripts"]) : [];
+  const simulator = await startSimulator({
+    backends: LOCAL_BACKENDS.map((b) => ({ ...b, agentScripts })),
+    control: true,
+  });
   const urls = Object.fromEntries(simulator.backends.map((b) => [b.id, b.url]));
   console.log(`Simulated GPU backends: ${simulator.backends.map((b) => `${b.id} ${b.url}`).join(", ")}`);
   return { vars: [`GATEWAY_CONFIG:${JSON.stringify(localGatewayConfig(urls))}`], simulator };
@@ -245,13 +256,17 @@ async function miniflare(vars: string[]): Promise<Running> {
 const adminSecret = ensureAdminSecret();
 applyMigrations();
 const gateway = await gatewayVars();
-const vars = [...args.var, ...gateway.vars];
+const sandboxes: LocalSandboxHost | undefined = args.var.some((v) => v.startsWith("SANDBOX_URL:"))
+  ? undefined
+  : await startLocalSandboxHost();
+const vars = [...args.var, ...gateway.vars, ...(sandboxes?.vars ?? [])];
 let running: Running;
 try {
   running = args.dev ? wranglerDev(vars) : await miniflare(vars);
 } catch (err) {
   console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);
   await gateway.simulator?.stop();
+  await sandboxes?.stop();
   process.exit(1);
 }
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => running.stop());
@@ -259,6 +274,7 @@ let exitCode: number | undefined;
 void running.exited.then(async (code) => {
   exitCode = code;
   await gateway.simulator?.stop();
+  await sandboxes?.stop();
   process.exit(code);
 });
 
@@ -274,7 +290,8 @@ try {
       (gateway.simulator
         ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
           `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n`
-        : ""),
+        : "") +
+      (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : ""),
   );
 } catch (err) {
   console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);

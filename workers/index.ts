@@ -1,34 +1,10 @@
-import { Hono } from "hono";
-import { requestId } from "hono/request-id";
-import type { AppEnv } from "./app-env.js";
-import { conventions } from "./middleware/conventions.js";
-import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem.js";
-import { admin } from "./routes/admin/index.js";
-import { errors } from "./routes/errors.js";
-import { gateway } from "./gateway/routes.js";
-import { health } from "./routes/health.js";
-import { keys } from "./routes/keys.js";
-import { me } from "./routes/me.js";
-import { usage } from "./routes/usage.js";
-import { workspaces } from "./routes/workspaces.js";
-
-const app = new Hono<AppEnv>()
-  .use(requestId({ headerName: "X-Request-Id", limitLength: 128 }))
-  .use(thrownAsErrors)
-  .use(conventions)
-  .route("/", health)
-  .route("/errors", errors)
-  .route("/v1/me", me)
-  .route("/v1/keys", keys)
-  .route("/v1/usage", usage)
-  .route("/v1/workspaces", workspaces)
-  .route("/v1", gateway)
-  .route("/admin", admin);
-
-app.notFound((c) => problemResponse(c, new ApiError("not_found", `No route for ${c.req.method} ${c.req.path}.`)));
-app.onError((err, c) => problemResponse(c, toApiError(err, c.get("requestId") ?? "unknown")));
+/** The Worker's entry module: the HTTP app, the Durable Object classes and the agents' gateway entrypoint. */
+import app from "./app.js";
 
 export default app;
+export { AgentGateway } from "./agents/gateway-entrypoint.js";
+export { AgentQuota } from "../durable-objects/agent-quota.js";
+export { AgentTask } from "../durable-objects/agent-task/agent-task.js";
 export { GatewayHealth } from "../durable-objects/gateway-health.js";
 export { RateLimiter } from "../durable-objects/rate-limiter.js";
 export { Workspace } from "../durable-objects/workspace.js";

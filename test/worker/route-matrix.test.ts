@@ -23,6 +23,7 @@ interface Ids {
   keyId: string;
   workspaceId: string;
   orgId: string;
+  taskId: string;
 }
 
 const customerRoutes: Route[] = [
@@ -78,6 +79,20 @@ const customerRoutes: Route[] = [
   },
   { method: "POST", path: () => "/v1/embeddings", body: { model: "m", input: "x" }, loose: true },
   { method: "POST", path: () => "/v1/responses", body: { model: "m", input: "x" }, loose: true },
+  { method: "GET", path: () => "/v1/agents/tasks" },
+  { method: "POST", path: () => "/v1/agents/tasks", body: { prompt: "fix it" } },
+  { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}`, tenant: true },
+  {
+    method: "POST",
+    path: (ids) => `/v1/agents/tasks/${ids.taskId}/files`,
+    body: { files: [{ path: "a.txt", content: "eA==" }] },
+    tenant: true,
+  },
+  { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/start`, tenant: true },
+  { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}/events`, tenant: true },
+  { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/messages`, body: { content: "x" }, tenant: true },
+  { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/cancel`, tenant: true },
+  { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}/diff`, tenant: true },
 ];
 
 const adminRoutes: Route[] = [
@@ -93,9 +108,11 @@ const adminRoutes: Route[] = [
   { method: "DELETE", path: (ids) => `/admin/keys/${ids.keyId}` },
   { method: "GET", path: () => "/admin/abuse" },
   { method: "POST", path: () => "/admin/abuse/abt_x/lift" },
+  { method: "POST", path: (ids) => `/admin/agents/tasks/${ids.taskId}/restart` },
 ];
 
-const label = (r: Route) => `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org" })}`;
+const label = (r: Route) =>
+  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task" })}`;
 
 let victim: Account;
 let revoked: Account;
@@ -110,7 +127,13 @@ beforeAll(async () => {
   const ws = (await (await call("/v1/workspaces", { token: victim.key.key, body: { name: "victim" } })).json()) as {
     id: string;
   };
-  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id };
+  // The victim's agent task, as the task API records it (no sandbox host runs in these tests: the
+  // routes refuse other orgs from this row alone, before the task's object is asked anything).
+  const taskId = "task_victim0000000000000";
+  await env.DB.prepare("INSERT INTO agent_tasks (id, org_id, user_id, model) VALUES (?, ?, ?, ?)")
+    .bind(taskId, victim.org.id, victim.user.id, "chat-simulated")
+    .run();
+  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId };
   await new Promise((resolve) => setTimeout(resolve, 1100));
 });
 

@@ -1,4 +1,4 @@
-import { and, desc, eq, isNull } from "drizzle-orm";
+import { and, desc, eq, isNull, type SQL } from "drizzle-orm";
 import { displayPrefix, generateApiKey, hashApiKey } from "../../protocol/api-key.js";
 import { newId } from "../../protocol/ids.js";
 import type { LimitOverrides } from "../../protocol/limits.js";
@@ -100,12 +100,16 @@ export async function revokeApiKey(db: Db, keyId: string) {
 
 /** One indexed query that resolves a key hash to the key, its user and its org. */
 export async function findPrincipalByHash(db: Db, hash: string): Promise<Principal | null> {
+  return findPrincipal(db, eq(apiKeys.hash, hash));
+}
+
+async function findPrincipal(db: Db, where: SQL): Promise<Principal | null> {
   const [row] = await db
     .select({ key: apiKeys, user: users, org: orgs })
     .from(apiKeys)
     .innerJoin(users, eq(users.id, apiKeys.userId))
     .innerJoin(orgs, eq(orgs.id, apiKeys.orgId))
-    .where(eq(apiKeys.hash, hash))
+    .where(where)
     .limit(1);
   if (!row) return null;
   const throttle = await activeAccountThrottle(db, row.user.id);
@@ -115,6 +119,11 @@ export async function findPrincipalByHash(db: Db, hash: string): Promise<Princip
     org: toOrg(row.org),
     throttle: throttle ? { reason: throttle.reason, until: Date.parse(throttle.expiresAt) } : null,
   };
+}
+
+/** A key's principal by the key's id (a task object acting for the key that started it). */
+export async function findPrincipalByKeyId(db: Db, keyId: string): Promise<Principal | null> {
+  return findPrincipal(db, eq(apiKeys.id, keyId));
 }
 
 export async function touchApiKey(db: Db, keyId: string, at: Date) {

@@ -114,3 +114,23 @@ export const abuseThrottles = sqliteTable(
     index("abuse_throttles_expires_idx").on(t.expiresAt),
   ],
 );
+
+/**
+ * Which org each agent task belongs to, for listing and tenancy; the task itself (status, usage, its
+ * log) lives in its own `AgentTask` object. Nothing here holds a prompt or code.
+ */
+export const agentTasks = sqliteTable(
+  "agent_tasks",
+  {
+    id: text("id").primaryKey(),
+    orgId: text("org_id")
+      .notNull()
+      .references(() => orgs.id, { onDelete: "cascade" }),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id, { onDelete: "cascade" }),
+    model: text("model").notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [index("agent_tasks_org_created_idx").on(t.orgId, t.createdAt)],
+);

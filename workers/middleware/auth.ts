@@ -1,11 +1,18 @@
 import { createMiddleware } from "hono/factory";
 import type { AppEnv } from "../app-env.js";
 import { authenticate, bearerToken } from "../auth/authenticate.js";
+import { internalPrincipal } from "../auth/internal.js";
 import { limitUnauthenticated } from "../limits/enforce.js";
 import { ApiError } from "../problem.js";
 
 /** Requires a valid, unrevoked, unexpired API key and exposes its principal as `c.get("principal")`. */
 export const requireApiKey = createMiddleware<AppEnv>(async (c, next) => {
+  const internal = internalPrincipal(c.env);
+  if (internal) {
+    c.set("principal", internal);
+    await next();
+    return;
+  }
   let principal;
   try {
     principal = await authenticate(c.env, c.get("config"), c.req.header("Authorization"), (p) =>

@@ -2,16 +2,18 @@ import { Hono } from "hono";
 import type { AppEnv } from "../../app-env.js";
 import { requireAdmin } from "../../middleware/auth.js";
 import { adminAbuse } from "./abuse.js";
+import { adminAgents } from "./agents.js";
 import { adminGateway } from "./gateway.js";
 import { adminKeys } from "./keys.js";
 import { adminOrgs } from "./orgs.js";
 import { adminUsers } from "./users.js";
 
-/** The operator surface: orgs, users, keys, abuse throttles and the gateway's backends, behind `ADMIN_SECRET`. */
+/** The operator surface: orgs, users, keys, abuse throttles, the gateway's backends and agent tasks, behind `ADMIN_SECRET`. */
 export const admin = new Hono<AppEnv>()
   .use(requireAdmin)
   .route("/orgs", adminOrgs)
   .route("/users", adminUsers)
   .route("/keys", adminKeys)
   .route("/abuse", adminAbuse)
-  .route("/gateway", adminGateway);
+  .route("/gateway", adminGateway)
+  .route("/agents", adminAgents);

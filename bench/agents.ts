@@ -1,0 +1,267 @@
+/**
+ * Agent tasks through `npm start` (bubblewrap sandboxes where bubblewrap runs, the simulator's
+ * scripted agent model, whose every turn takes the simulated backend's time to first token and its
+ * 16 tokens):
+ *
+ * - start to first command: from `POST …/start` to the moment the task's first command begins in its
+ *   sandbox (the command prints the clock), over `starts` tasks;
+ * - tool-call round trip: from a call's `tool.call` event to its `tool.result` event, as the task
+ *   object records them (sandbox host, sealing and storage included), over a task of `turns` reads;
+ * - parallel reads: a turn of four `grep`s over 2,000 files against the slowest of the same four run
+ *   one per turn (target: at most 1.3x);
+ * - flood: tab completions' p95 time to first token alone, then with `flood` agent tasks running at
+ *   once on the same simulated endpoints in the `background` class (target: at most 1.2x).
+ *
+ *   npx tsx bench/agents.ts     # BENCH_AGENT_STARTS=50 BENCH_AGENT_TURNS=200 BENCH_AGENT_FLOOD=32 BENCH_FLOOD_SECONDS=20
+ */
+import { pathToFileURL } from "node:url";
+import OpenAI from "openai";
+import type { AgentScript } from "../gpu-backends/simulator/agent-script.js";
+import { Task, TaskEvent } from "../protocol/agents/task.js";
+import { LOCAL_MODELS } from "../scripts/local-gateway.js";
+import { startAgentStack, type AgentStack } from "../test/support/agent-stack.js";
+import { savedLocalEdge } from "../test/support/local-edge.js";
+import { closedLoop, streamCompletion } from "./gateway-fixture.js";
+import { fmt, median, quantile, quantileInterval } from "./stats.js";
+
+export interface AgentBenchOptions {
+  starts?: number;
+  turns?: number;
+  flood?: number;
+  floodSeconds?: number;
+}
+
+export interface AgentBenchResult {
+  driver: string;
+  startToCommandMs: number[];
+  roundTripMs: number[];
+  parallel: { together: number[]; alone: number[][] };
+  tab: { aloneTtftMs: number[]; floodedTtftMs: number[]; floodedErrors: number; agentTurns: number };
+}
+
+const GREPS = ["alpha", "beta", "gamma", "delta"].map((w) => ({ name: "grep", arguments: { pattern: `${w}[0-9]+x` } }));
+/** 2,000 files of 200 lines each, made in the sandbox by its first command. */
+const MAKE_FILES =
+  "mkdir -p data && i=0; while [ $i -lt 2000 ]; do seq 1 200 | sed 's/^/alpha beta gamma delta /' > data/f$i.txt; i=$((i+1)); done";
+
+function scripts(turns: number): AgentScript[] {
+  return [
+    {
+      name: "bench-first-command",
+      match: "(agent bench first command)",
+      turns: [
+        { toolCalls: [{ name: "run_terminal", arguments: { command: "date +%s%N" } }] },
+        { toolCalls: [{ name: "finish", arguments: { summary: "done" } }] },
+      ],
+    },
+    {
+      name: "bench-round-trip",
+      match: "(agent bench round trip)",
+      turns: [
+        ...Array.from({ length: turns }, () => ({
+          toolCalls: [{ name: "read_file", arguments: { path: "README.md" } }],
+        })),
+        { toolCalls: [{ name: "finish", arguments: { summary: "done" } }] },
+      ],
+    },
+    {
+      name: "bench-parallel",
+      match: "(agent bench parallel)",
+      turns: [
+        { toolCalls: [{ name: "run_terminal", arguments: { command: MAKE_FILES, timeoutMs: 300_000 } }] },
+        // Each round: the four together, then each alone.
+        ...Array.from({ length: 5 }, () => [{ toolCalls: GREPS }, ...GREPS.map((g) => ({ toolCalls: [g] }))]).flat(),
+        { toolCalls: [{ name: "finish", arguments: { summary: "done" } }] },
+      ],
+    },
+    {
+      name: "bench-flood",
+      match: "(agent bench flood)",
+      turns: Array.from({ length: 400 }, () => ({
+        toolCalls: [{ name: "read_file", arguments: { path: "README.md" } }],
+      })),
+    },
+  ];
+}
+
+class Tasks {
+  constructor(
+    readonly stack: AgentStack,
+    readonly key = savedLocalEdge(stack.edge).apiKey,
+  ) {}
+
+  async call(method: string, path: string, body?: unknown): Promise<unknown> {
+    const response = await fetch(`${this.stack.edge.baseURL}${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${this.key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+    return JSON.parse(text);
+  }
+
+  /** Creates a task with a README and returns its id, not started. */
+  async create(prompt: string, limits: Record<string, number> = {}): Promise<string> {
+    const task = Task.parse(await this.call("POST", "/v1/agents/tasks", { prompt, limits }));
+    const readme = Buffer.from("# Bench\n\nalpha1x beta2x\n").toString("base64");
+    await this.call("POST", `/v1/agents/tasks/${task.id}/files`, { files: [{ path: "README.md", content: readme }] });
+    return task.id;
+  }
+
+  async ended(id: string): Promise<TaskEvent[]> {
+    for (;;) {
+      const task = Task.parse(await this.call("GET", `/v1/agents/tasks/${id}`));
+      if (task.status !== "running" && task.status !== "uploading") break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const response = await fetch(`${this.stack.edge.baseURL}/v1/agents/tasks/${id}/events`, {
+      headers: { Authorization: `Bearer ${this.key}` },
+    });
+    return (await response.text())
+      .split("\n")
+      .filter((l) => l.startsWith("data: "))
+      .map((l) => TaskEvent.parse(JSON.parse(l.slice(6))));
+  }
+}
+
+/** Milliseconds from each call's `tool.call` event to its `tool.result`. */
+function callTimes(events: TaskEvent[]): Map<string, { tool: string; ms: number; turnCall: number }> {
+  const calls = new Map<string, number>();
+  const out = new Map<string, { tool: string; ms: number; turnCall: number }>();
+  for (const e of events) {
+    const id = e.data?.callId as string | undefined;
+    if (!id) continue;
+    if (e.type === "tool.call") calls.set(id, Date.parse(e.at));
+    if (e.type === "tool.result" && calls.has(id))
+      out.set(id, { tool: String(e.data!.tool), ms: Date.parse(e.at) - calls.get(id)!, turnCall: calls.get(id)! });
+  }
+  return out;
+}
+
+export async function runAgentBench(options: AgentBenchOptions = {}): Promise<AgentBenchResult> {
+  const starts = options.starts ?? 50;
+  const turns = options.turns ?? 200;
+  const flood = options.flood ?? 32;
+  const floodMs = (options.floodSeconds ?? 20) * 1000;
+  const stack = await startAgentStack();
+  try {
+    const control = /control: (http:\/\/[^)\s]+)\)/.exec(stack.edge.output())?.[1];
+    const driver = /Agent tasks run in (\S+) sandboxes/.exec(stack.edge.output())?.[1] ?? "unknown";
+    if (!control) throw new Error("npm start did not say where its simulator's control API is");
+    for (const backend of ["sim-us-east", "sim-eu-west"])
+      await fetch(`${control}/backends/${backend}`, {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ agentScripts: scripts(turns) }),
+      });
+    const tasks = new Tasks(stack);
+
+    const startToCommandMs: number[] = [];
+    for (let i = 0; i < starts; i++) {
+      const id = await tasks.create("Go (agent bench first command)");
+      const startedAt = Date.now();
+      await tasks.call("POST", `/v1/agents/tasks/${id}/start`);
+      const result = (await tasks.ended(id)).find((e) => e.type === "tool.result")!;
+      const ns = BigInt(String((result.data!.result as { stdout: string }).stdout).trim());
+      startToCommandMs.push(Number(ns / 1000n) / 1000 - startedAt);
+    }
+
+    const roundTrip = await tasks.ended(await startNow(tasks, "Go (agent bench round trip)"));
+    const roundTripMs = [...callTimes(roundTrip).values()].map((c) => c.ms);
+
+    const parallelEvents = await tasks.ended(
+      await startNow(tasks, "Go (agent bench parallel)", { sandboxSeconds: 3600 }),
+    );
+    const greps = [...callTimes(parallelEvents).values()].filter((c) => c.tool === "grep");
+    const together: number[] = [];
+    const alone: number[][] = [];
+    for (let round = 0; round < 5; round++) {
+      const group = greps.slice(round * 8, round * 8 + 8);
+      together.push(Math.max(...group.slice(0, 4).map((c) => c.ms)));
+      alone.push(group.slice(4).map((c) => c.ms));
+    }
+
+    const openai = new OpenAI({ baseURL: `${stack.edge.baseURL}/v1`, apiKey: tasks.key, maxRetries: 0 });
+    const tab = async (ms: number) => {
+      const ttft: number[] = [];
+      let errors = 0;
+      const until = Date.now() + ms;
+      await closedLoop(
+        8,
+        () => Date.now() < until,
+        async () => {
+          const r = await streamCompletion(openai, {
+            model: LOCAL_MODELS.tab,
+            prompt: "def add(a, b):\n    ",
+            max_tokens: 4,
+          });
+          if (r.error || r.ttftMs === undefined) errors++;
+          else ttft.push(r.ttftMs);
+        },
+      );
+      return { ttft, errors };
+    };
+    const alone0 = await tab(floodMs);
+    const ids = await Promise.all(Array.from({ length: flood }, () => startNow(tasks, "Go (agent bench flood)")));
+    const flooded = await tab(floodMs);
+    const agentTurns = await Promise.all(
+      ids.map(async (id) => {
+        const task = Task.parse(await tasks.call("POST", `/v1/agents/tasks/${id}/cancel`));
+        return task.usage.turns;
+      }),
+    );
+    return {
+      driver,
+      startToCommandMs,
+      roundTripMs,
+      parallel: { together, alone },
+      tab: {
+        aloneTtftMs: alone0.ttft,
+        floodedTtftMs: flooded.ttft,
+        floodedErrors: flooded.errors + alone0.errors,
+        agentTurns: agentTurns.reduce((a, b) => a + b, 0),
+      },
+    };
+  } finally {
+    await stack.edge.stop();
+  }
+}
+
+async function startNow(tasks: Tasks, prompt: string, limits: Record<string, number> = {}): Promise<string> {
+  const id = await tasks.create(prompt, { turns: 500, tokens: 50_000_000, wallSeconds: 3600, ...limits });
+  await tasks.call("POST", `/v1/agents/tasks/${id}/start`);
+  return id;
+}
+
+const interval = (values: number[], q: number) => {
+  const { lo, hi } = quantileInterval(values, q);
+  return `[${Number.isFinite(lo) ? fmt(lo) : "-"}, ${Number.isFinite(hi) ? fmt(hi) : "-"}]`;
+};
+
+export function reportAgentBench(r: AgentBenchResult): string {
+  const ratios = r.parallel.together.map((t, i) => t / Math.max(...r.parallel.alone[i]!));
+  const p95 = (v: number[]) => quantile(v, 0.95);
+  const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
+  return [
+    `Agent tasks (${r.driver} sandboxes, the simulator's scripted model):`,
+    `  start to first command: p50 ${fmt(median(r.startToCommandMs))} ms ${interval(r.startToCommandMs, 0.5)}, p95 ${fmt(p95(r.startToCommandMs))} ms over ${r.startToCommandMs.length} tasks (goal: p50 <= 1000 ms)`,
+    `  tool-call round trip (read_file): p50 ${fmt(median(r.roundTripMs))} ms ${interval(r.roundTripMs, 0.5)}, p99 ${fmt(quantile(r.roundTripMs, 0.99))} ms ${interval(r.roundTripMs, 0.99)} over ${r.roundTripMs.length} calls`,
+    `  four greps in one turn vs the slowest alone: ${ratios.map((x) => `${x.toFixed(2)}x`).join(", ")} (median ${median(ratios).toFixed(2)}x; target <= 1.3x); together ${r.parallel.together.map(fmt).join(", ")} ms`,
+    `  tab p95 time to first token: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors`,
+  ].join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const env = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);
+  console.log(
+    reportAgentBench(
+      await runAgentBench({
+        starts: env("BENCH_AGENT_STARTS"),
+        turns: env("BENCH_AGENT_TURNS"),
+        flood: env("BENCH_AGENT_FLOOD"),
+        floodSeconds: env("BENCH_FLOOD_SECONDS"),
+      }),
+    ),
+  );
+}

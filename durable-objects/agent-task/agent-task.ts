@@ -1,0 +1,350 @@
+/**
+ * One coding-agent task: a Durable Object that runs the agent's loop (call the model through the
+ * edge's gateway, run the tool calls it asks for in the task's sandbox, repeat) one turn per alarm,
+ * and appends every step to an event log in its SQLite storage. A turn's model answer and its calls
+ * are recorded before any call runs, and each call carries an id the sandbox host runs only once, so
+ * a task evicted or crashed at any point resumes from its storage without a write or a command
+ * running twice. Nothing it stores holds code in the clear: payloads are sealed with a key only the
+ * sandbox host holds (`seal.ts`).
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { AgentQuota } from "../agent-quota.js";
+import type { AgentModelGateway } from "../../protocol/agents/gateway.js";
+import { SandboxLimits } from "../../protocol/agents/sandbox.js";
+import {
+  isTerminal,
+  TaskLimits,
+  type EndReason,
+  type EventType,
+  type Task,
+  type TaskEvent,
+  type UploadTaskFilesRequest,
+} from "../../protocol/agents/task.js";
+import { importDataKey, seal, unseal } from "./seal.js";
+import { SandboxClient, SandboxUnavailable } from "./sandbox-client.js";
+import { RetryLater, runTurn, type LoopHost } from "./loop.js";
+import { TaskStore, type TaskState } from "./store.js";
+import type { ChatMessage } from "./turn.js";
+
+interface AgentTaskEnv {
+  AGENT_GATEWAY: AgentModelGateway;
+  AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
+  SANDBOX_URL?: string;
+  SANDBOX_TOKEN?: string;
+}
+
+/** Failures of the model or the sandbox host in a row before the task ends. */
+const MAX_RETRIES = 8;
+/** Seconds an ended task's sandbox (and so its diff and readable events) outlives it without use. */
+const SANDBOX_IDLE_TTL_SECONDS = 3600;
+
+export class TaskNotReady extends Error {
+  override readonly name = "TaskNotReady";
+  constructor(
+    message: string,
+    readonly missing = false,
+  ) {
+    super(message);
+  }
+}
+
+/** What a task's RPC methods answer: a value, or why not (the route turns it into a problem document). */
+export type TaskResult<T> =
+  | { ok: true; value: T }
+  | { ok: false; code: "not_found" | "conflict" | "unavailable"; message: string };
+
+async function guarded<T>(fn: () => Promise<T>): Promise<TaskResult<T>> {
+  try {
+    return { ok: true, value: await fn() };
+  } catch (err) {
+    if (err instanceof TaskNotReady)
+      return { ok: false, code: err.missing ? "not_found" : "conflict", message: err.message };
+    if (err instanceof SandboxUnavailable)
+      return {
+        ok: false,
+        code: err.status === 404 ? "conflict" : "unavailable",
+        message:
+          err.status === 404
+            ? "The task's sandbox is gone (it ended and sat idle past its time to live)."
+            : err.message,
+      };
+    throw err;
+  }
+}
+
+export interface CreateTask {
+  id: string;
+  orgId: string;
+  userId: string;
+  keyId: string;
+  prompt: string;
+  model: string;
+  limits: Partial<TaskLimits>;
+  /** Upload files before starting (`start`), or start at once on an empty tree. */
+  waitForUpload: boolean;
+}
+
+export class AgentTask extends DurableObject<AgentTaskEnv> {
+  private readonly store: TaskStore;
+  private key: CryptoKey | undefined;
+  private readonly listeners = new Set<() => void>();
+  private readonly host: LoopHost;
+
+  constructor(ctx: DurableObjectState, env: AgentTaskEnv) {
+    super(ctx, env);
+    this.store = new TaskStore(ctx.storage.sql);
+    this.host = {
+      store: this.store,
+      storage: ctx.storage,
+      gateway: env.AGENT_GATEWAY,
+      sandbox: (id) => this.sandbox(id),
+      dataKey: (state) => this.dataKey(state),
+      event: (type, data) => this.event(type, data),
+      end: (state, reason, data) => this.end(state, reason, data),
+      notify: () => this.notify(),
+      mustState: () => this.mustState(),
+    };
+  }
+
+  private sandbox(id: string): SandboxClient {
+    const url = this.env.SANDBOX_URL;
+    const token = this.env.SANDBOX_TOKEN;
+    if (!url || !token) throw new SandboxUnavailable("SANDBOX_URL and SANDBOX_TOKEN are not set on this edge.", null);
+    return new SandboxClient({ url, token }, id);
+  }
+
+  /** The task's data key, from its sandbox host; undefined once the sandbox is gone. */
+  private async dataKey(state: TaskState): Promise<CryptoKey | undefined> {
+    if (this.key) return this.key;
+    try {
+      this.key = await importDataKey((await this.sandbox(state.id).info()).dataKey);
+    } catch (err) {
+      if (err instanceof SandboxUnavailable && err.status === 404) return undefined;
+      throw err;
+    }
+    return this.key;
+  }
+
+  private async event(type: EventType, data: Record<string, unknown>): Promise<void> {
+    const sealed = this.key ? await seal(this.key, data) : null;
+    this.store.appendEvent(type, new Date().toISOString(), sealed);
+  }
+
+  private notify(): void {
+    for (const listener of this.listeners) listener();
+  }
+
+  private mustState(): TaskState {
+    const state = this.store.state();
+    if (!state) throw new TaskNotReady("No such task.", true);
+    return state;
+  }
+
+  private async createTask(input: CreateTask): Promise<Task> {
+    const existing = this.store.state();
+    if (existing) return this.view(existing);
+    const limits = TaskLimits.parse(input.limits);
+    const info = await this.sandbox(input.id).create({
+      limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
+      idleTtlSeconds: Math.max(SANDBOX_IDLE_TTL_SECONDS, limits.wallSeconds + 600),
+    });
+    this.key = await importDataKey(info.dataKey);
+    const now = new Date().toISOString();
+    const state: TaskState = {
+      id: input.id,
+      orgId: input.orgId,
+      userId: input.userId,
+      keyId: input.keyId,
+      model: input.model,
+      status: "uploading",
+      limits,
+      usage: { turns: 0, tokens: 0, toolCalls: 0, sandboxSeconds: 0, outputBytes: 0 },
+      endReason: null,
+      createdAt: now,
+      startedAt: null,
+      endedAt: null,
+      retries: 0,
+    };
+    const firstMessage = await seal(this.key, { role: "user", content: input.prompt } satisfies ChatMessage);
+    const created = await seal(this.key, { prompt: input.prompt, model: input.model, limits });
+    this.ctx.storage.transactionSync(() => {
+      this.store.saveState(state);
+      this.store.appendMessage(firstMessage);
+      this.store.appendEvent("task.created", now, created);
+    });
+    return input.waitForUpload ? this.view(state) : this.startTask();
+  }
+
+  private async uploadFiles(files: UploadTaskFilesRequest["files"]): Promise<{ files: number; bytes: number }> {
+    const state = this.mustState();
+    if (state.status !== "uploading")
+      throw new TaskNotReady(`The task is ${state.status}: files go in before it starts.`);
+    return this.sandbox(state.id).upload(files.map((f) => ({ ...f, executable: f.executable ?? false })));
+  }
+
+  private async startTask(): Promise<Task> {
+    const state = this.mustState();
+    if (state.status !== "uploading") return this.view(state);
+    await this.dataKey(state);
+    const info = await this.sandbox(state.id).info();
+    state.status = "running";
+    state.startedAt = new Date().toISOString();
+    this.store.saveState(state);
+    await this.event("task.started", { files: info.files, bytes: info.bytes });
+    await this.ctx.storage.setAlarm(Date.now());
+    this.notify();
+    return this.view(state);
+  }
+
+  create(input: CreateTask) {
+    return guarded(() => this.createTask(input));
+  }
+  upload(files: UploadTaskFilesRequest["files"]) {
+    return guarded(() => this.uploadFiles(files));
+  }
+  start() {
+    return guarded(() => this.startTask());
+  }
+  get() {
+    return guarded(async () => this.view(this.mustState()));
+  }
+  cancel() {
+    return guarded(() => this.cancelTask());
+  }
+  message(content: string) {
+    return guarded(() => this.followUp(content));
+  }
+  diff() {
+    return guarded(() => this.taskDiff());
+  }
+  events(after: number, limit = 500) {
+    return guarded(() => this.readEvents(after, limit));
+  }
+
+  private async cancelTask(): Promise<Task> {
+    const state = this.mustState();
+    if (isTerminal(state.status)) return this.view(state);
+    await this.dataKey(state).catch(() => undefined);
+    await this.end(state, "cancelled", {});
+    return this.view(this.mustState());
+  }
+
+  /** A follow-up from the user: read at the start of the next turn; a finished task starts again. */
+  private async followUp(content: string): Promise<Task> {
+    const state = this.mustState();
+    if (state.status === "cancelled" || state.status === "failed")
+      throw new TaskNotReady(`The task is ${state.status}; start a new one.`);
+    const key = await this.dataKey(state);
+    if (!key) throw new TaskNotReady("The task's sandbox is gone; start a new one.");
+    this.store.queueFollowUp(await seal(key, { role: "user", content } satisfies ChatMessage));
+    await this.event("user.message", { content });
+    if (state.status === "finished") {
+      state.status = "running";
+      state.endReason = null;
+      state.endedAt = null;
+      this.store.saveState(state);
+      await this.ctx.storage.setAlarm(Date.now());
+    }
+    this.notify();
+    return this.view(state);
+  }
+
+  private async taskDiff() {
+    const state = this.mustState();
+    return this.sandbox(state.id).diff();
+  }
+
+  /** Events after `after`, payloads unsealed (null once the sandbox is gone). */
+  private async readEvents(after: number, limit: number): Promise<{ events: TaskEvent[]; ended: boolean }> {
+    const state = this.mustState();
+    const rows = this.store.eventsAfter(after, limit);
+    const key = rows.some((r) => r.sealed) ? await this.dataKey(state).catch(() => undefined) : this.key;
+    const events: TaskEvent[] = [];
+    for (const row of rows) {
+      let data: Record<string, unknown> | null = null;
+      if (key && row.sealed) data = await unseal<Record<string, unknown>>(key, row.sealed).catch(() => null);
+      events.push({ id: row.id, type: row.type, at: row.at, data });
+    }
+    return { events, ended: isTerminal(state.status) && rows.length < limit };
+  }
+
+  /**
+   * Drops this object's memory (its data key, its listeners), as an eviction would: the next request
+   * or alarm meets a new instance that carries on from storage. A pending alarm survives.
+   */
+  restart(): void {
+    this.ctx.abort("restarted by an operator");
+  }
+
+  /** Resolves when an event is appended or the task changes (or after `ms`). */
+  async waitForChange(ms: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.listeners.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.listeners.add(done);
+    });
+  }
+
+  private view(state: TaskState): Task {
+    return {
+      id: state.id,
+      status: state.status,
+      model: state.model,
+      limits: state.limits,
+      usage: state.usage,
+      endReason: state.endReason,
+      createdAt: state.createdAt,
+      startedAt: state.startedAt,
+      endedAt: state.endedAt,
+      lastEventId: this.store.lastEventId(),
+    };
+  }
+
+  private async end(state: TaskState, reason: EndReason, data: Record<string, unknown>): Promise<void> {
+    const status = reason === "finished" ? "finished" : reason === "cancelled" ? "cancelled" : "failed";
+    state.status = status;
+    state.endReason = reason;
+    state.endedAt = new Date().toISOString();
+    this.store.saveState(state);
+    await this.event("task.ended", { status, reason, ...data });
+    await this.ctx.storage.deleteAlarm();
+    this.notify();
+    // The org's quota takes back what the task reserved and did not use; if this call is lost,
+    // the reservation lapses at its expiry, counted in full.
+    await this.env.AGENT_QUOTA.get(this.env.AGENT_QUOTA.idFromName(state.orgId))
+      .settle(state.id, state.usage.sandboxSeconds)
+      .catch(() => undefined);
+  }
+
+  override async alarm(): Promise<void> {
+    const state = this.store.state();
+    if (!state || state.status !== "running") return;
+    try {
+      await runTurn(this.host, state);
+      state.retries = 0;
+    } catch (err) {
+      const current = this.store.state();
+      if (!current || current.status !== "running") return;
+      current.retries++;
+      if (current.retries >= MAX_RETRIES || (err instanceof SandboxUnavailable && err.status === 404)) {
+        const reason =
+          err instanceof SandboxUnavailable ? (err.status === 404 ? "sandbox_gone" : "sandbox_error") : "model_error";
+        await this.end(current, reason, { message: (err as Error).message });
+        return;
+      }
+      this.store.saveState(current);
+      const retryAfter = err instanceof RetryLater ? err.seconds : 2 ** Math.min(current.retries, 5);
+      // Never past the wall-time deadline: the task must end on time even while it waits to retry.
+      const deadline = Date.parse(current.startedAt!) + current.limits.wallSeconds * 1000;
+      await this.ctx.storage.setAlarm(Math.min(Date.now() + retryAfter * 1000, deadline));
+    } finally {
+      this.notify();
+    }
+  }
+
+  /** One turn: the model's answer (unless the last turn's calls are still pending), then its calls. */
+}

@@ -1,0 +1,252 @@
+/**
+ * A task's loop, one turn per alarm: the model's answer and its calls are recorded before any call
+ * runs; then the calls run (as concurrently as they allow, `schedule.ts`), each under an id the
+ * sandbox host runs only once, and each result is recorded as it arrives. A turn cut short by an
+ * eviction or a crash is run again from what was recorded: the model is asked again only if its
+ * answer was not recorded, and the calls still pending are re-sent, never re-run.
+ */
+import type { AgentModelGateway } from "../../protocol/agents/gateway.js";
+import type { EndReason, EventType } from "../../protocol/agents/task.js";
+import type { SandboxClient } from "./sandbox-client.js";
+import { runConcurrently } from "./schedule.js";
+import { seal, unseal } from "./seal.js";
+import type { TaskState, TaskStore } from "./store.js";
+import { budgetStop, chatRequest, checkCall, parseAnswer, promptTokens, type ChatMessage } from "./turn.js";
+import { SandboxUnavailable } from "./sandbox-client.js";
+
+/** What the loop needs of its task object. */
+export interface LoopHost {
+  store: TaskStore;
+  storage: DurableObjectStorage;
+  gateway: AgentModelGateway;
+  sandbox(id: string): SandboxClient;
+  dataKey(state: TaskState): Promise<CryptoKey | undefined>;
+  event(type: EventType, data: Record<string, unknown>): Promise<void>;
+  end(state: TaskState, reason: EndReason, data: Record<string, unknown>): Promise<void>;
+  notify(): void;
+  mustState(): TaskState;
+}
+
+export async function runTurn(host: LoopHost, initial: TaskState): Promise<void> {
+  const key = await host.dataKey(initial);
+  if (!key) throw new SandboxUnavailable("The task's sandbox is gone.", 404);
+  let state = host.mustState();
+  if (state.status !== "running") return;
+  if (host.store.pendingCalls().length === 0) {
+    const finished = await ask(host, state, key);
+    state = host.mustState();
+    if (finished || state.status !== "running") return;
+  }
+  const pending = host.store.pendingCalls();
+  const calls = await Promise.all(
+    pending.map(async (c) => ({
+      row: c,
+      ...(await unseal<{ callId: string; name: string; args: string }>(key, c.sealed)),
+    })),
+  );
+  const deadline = Date.parse(state.startedAt!) + state.limits.wallSeconds * 1000;
+  // Command time this turn: commands run one at a time, each given no more than the budget has left.
+  let commandSeconds = state.usage.sandboxSeconds;
+  let finishSummary: string | undefined;
+  await runConcurrently(
+    calls.map((c) => ({ tool: c.name, args: safeJson(c.args) })),
+    async (_, i) => {
+      const call = calls[i]!;
+      const checked = checkCall(call.name, call.args);
+      let outcome: Outcome;
+      if (!checked.ok) outcome = { ok: false, error: { code: checked.code, message: checked.message } };
+      else if (call.name === "finish") {
+        finishSummary = (checked.args as { summary: string }).summary;
+        outcome = { ok: true, result: { finished: true } };
+      } else if (call.name === "run_terminal" || call.name === "read_lints") {
+        const args = checked.args as { timeoutMs?: number };
+        const timeoutMs = Math.min(
+          args.timeoutMs ?? 60_000,
+          deadline - Date.now(),
+          (state.limits.sandboxSeconds - commandSeconds) * 1000 - COMMAND_KILL_MARGIN_MS,
+        );
+        if (timeoutMs < 100)
+          outcome = {
+            ok: false,
+            error: { code: "budget_spent", message: "The task's wall time or sandbox time budget is spent." },
+          };
+        else {
+          outcome = await host.sandbox(state.id).call(call.row.id, call.name, { ...args, timeoutMs });
+          commandSeconds += (outcome.durationMs ?? timeoutMs) / 1000;
+        }
+      } else outcome = await host.sandbox(state.id).call(call.row.id, call.name, checked.args);
+      await recordResult(host, key, call.row.id, call.callId, call.name, outcome);
+    },
+  );
+  state = host.mustState();
+  if (commandSeconds > state.usage.sandboxSeconds) {
+    state.usage.sandboxSeconds = Math.round(commandSeconds * 1000) / 1000;
+    host.store.saveState(state);
+  }
+  if (state.status !== "running") return;
+  if (finishSummary !== undefined) {
+    await host.end(state, "finished", { summary: finishSummary });
+    return;
+  }
+  await host.storage.setAlarm(Date.now());
+}
+
+/** What a call came back with, as the task records it. */
+type Outcome = { ok: boolean; result?: unknown; error?: unknown; replayed?: boolean; durationMs?: number };
+
+/**
+ * Past this, a command killed at its timeout has surely stopped: a command is given the sandbox
+ * budget's remainder less this, so the budget is never passed.
+ */
+const COMMAND_KILL_MARGIN_MS = 250;
+
+/**
+ * Records a call's result: what the model will be sent, cut to what the output budget has left
+ * (the budget is never passed; the next turn's check then ends the task).
+ */
+async function recordResult(
+  host: LoopHost,
+  key: CryptoKey,
+  id: string,
+  modelCallId: string,
+  name: string,
+  outcome: Outcome,
+): Promise<void> {
+  const before = host.mustState();
+  const left = Math.max(0, before.limits.outputBytes - before.usage.outputBytes);
+  let content = JSON.stringify(outcome.ok ? outcome.result : { error: outcome.error });
+  if (utf8Bytes(content) > left)
+    content = JSON.stringify({
+      error: { code: "output_budget", message: "This result is larger than what is left of the task's output budget." },
+    }).slice(0, left);
+  const message = await seal(key, { role: "tool", tool_call_id: modelCallId, content } satisfies ChatMessage);
+  const event = await seal(key, { callId: id, tool: name, ...outcome });
+  host.storage.transactionSync(() => {
+    const state = host.mustState();
+    state.usage.toolCalls++;
+    state.usage.outputBytes += utf8Bytes(content);
+    host.store.saveState(state);
+    host.store.appendMessage(message);
+    host.store.appendEvent("tool.result", new Date().toISOString(), event);
+    host.store.completeCall(id);
+  });
+  host.notify();
+}
+
+/** Asks the model for the next turn and records its answer and calls; true if the task ended. */
+async function ask(host: LoopHost, state: TaskState, key: CryptoKey): Promise<boolean> {
+  const followUps = host.store.takeFollowUps();
+  for (const sealed of followUps) host.store.appendMessage(new Uint8Array(sealed));
+  const messages = await Promise.all(host.store.messages().map((m) => unseal<ChatMessage>(key, m)));
+  const prompt = promptTokens(messages);
+  const info = await host.sandbox(state.id).info();
+  state.usage.sandboxSeconds = info.commandSeconds;
+  const stop = budgetStop(state, Date.now(), info.commandSeconds, prompt);
+  if (stop) {
+    await host.end(state, stop, { message: `The task's ${stop.replace("_", " ")} budget is spent.` });
+    return true;
+  }
+  const turn = state.usage.turns + 1;
+  const startedAt = new Date().toISOString();
+  host.store.saveState(state);
+  const deadline = Date.parse(state.startedAt!) + state.limits.wallSeconds * 1000;
+  const answer = await withDeadline(
+    host.gateway.chat(
+      { taskId: state.id, orgId: state.orgId, keyId: state.keyId },
+      chatRequest(state, messages, prompt),
+    ),
+    deadline,
+  );
+  const current = host.mustState();
+  if (current.status !== "running") return true;
+  if (answer === "deadline") {
+    await host.end(current, "wall_time", { message: "The task's wall time budget is spent." });
+    return true;
+  }
+  if (answer.status === 429 || answer.status === 503 || answer.status >= 500)
+    throw new RetryLater(answer.retryAfter ?? 2);
+  const parsed = answer.status === 200 ? parseAnswer(answer.body) : null;
+  if (!parsed) {
+    const detail = (answer.body as { detail?: string } | null)?.detail;
+    await host.end(current, "model_error", {
+      message: `The model answered ${answer.status}: ${detail ?? "no message"}`,
+    });
+    return true;
+  }
+  const assistant: ChatMessage = {
+    role: "assistant",
+    content: parsed.content,
+    ...(parsed.toolCalls.length ? { tool_calls: parsed.toolCalls } : {}),
+  };
+  const sealedMessage = await seal(key, assistant);
+  const sealedEvent = await seal(key, {
+    turn,
+    content: parsed.content,
+    toolCalls: parsed.toolCalls.length,
+    tokens: parsed.tokens,
+  });
+  const calls = await Promise.all(
+    parsed.toolCalls.map(async (c, idx) => {
+      const id = `${current.id}.${turn}.${idx}`;
+      const args = safeJson(c.function.arguments);
+      return {
+        id,
+        idx,
+        tool: c.function.name,
+        sealedCall: await seal(key, { callId: c.id, name: c.function.name, args: c.function.arguments }),
+        sealedEvent: await seal(key, { callId: id, tool: c.function.name, args }),
+      };
+    }),
+  );
+  const sealedStart = await seal(key, { turn });
+  const at = new Date().toISOString();
+  // The turn's start, the answer and its calls in one transaction: a turn cut short before it is
+  // recorded leaves no trace, and is asked again.
+  host.storage.transactionSync(() => {
+    current.usage.turns = turn;
+    current.usage.tokens += parsed.tokens;
+    host.store.saveState(current);
+    host.store.appendEvent("turn.started", startedAt, sealedStart);
+    host.store.appendMessage(sealedMessage);
+    host.store.appendEvent("assistant.message", at, sealedEvent);
+    for (const c of calls) {
+      host.store.addCall({ id: c.id, turn, idx: c.idx, tool: c.tool, sealed: c.sealedCall });
+      host.store.appendEvent("tool.call", at, c.sealedEvent);
+    }
+  });
+  host.notify();
+  if (calls.length === 0) {
+    // An answer without calls ends the task: the agent has nothing more to do until asked.
+    await host.end(current, "finished", { summary: parsed.content ?? "" });
+    return true;
+  }
+  return false;
+}
+
+export class RetryLater extends Error {
+  constructor(readonly seconds: number) {
+    super(`The gateway asked to retry in ${seconds} s.`);
+  }
+}
+
+const utf8Bytes = (text: string) => new TextEncoder().encode(text).byteLength;
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+async function withDeadline<T>(promise: Promise<T>, deadline: number): Promise<T | "deadline"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"deadline">((resolve) => {
+    timer = setTimeout(() => resolve("deadline"), Math.max(0, deadline - Date.now()));
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
+}

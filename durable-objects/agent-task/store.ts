@@ -1,0 +1,136 @@
+/**
+ * A task object's SQLite storage: the task's state (no code in it), its event log, the conversation
+ * and queued follow-ups, and each tool call's progress. Every payload that can hold code is sealed
+ * (`seal.ts`) before it is written.
+ */
+import type { EndReason, EventType, TaskLimits, TaskStatus, TaskUsage } from "../../protocol/agents/task.js";
+
+export interface TaskState {
+  id: string;
+  orgId: string;
+  userId: string;
+  keyId: string;
+  model: string;
+  status: TaskStatus;
+  limits: TaskLimits;
+  usage: TaskUsage;
+  endReason: EndReason | null;
+  createdAt: string;
+  startedAt: string | null;
+  endedAt: string | null;
+  /** Consecutive failed attempts at the current step (model or sandbox unreachable). */
+  retries: number;
+}
+
+export interface StoredEvent {
+  id: number;
+  type: EventType;
+  at: string;
+  sealed: ArrayBuffer | null;
+}
+
+export interface StoredCall {
+  id: string;
+  turn: number;
+  idx: number;
+  tool: string;
+  state: "pending" | "done";
+  sealed: ArrayBuffer;
+}
+
+export class TaskStore {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(`
+      CREATE TABLE IF NOT EXISTS task (one INTEGER PRIMARY KEY CHECK (one = 1), json TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, type TEXT NOT NULL, at TEXT NOT NULL, sealed BLOB);
+      CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, sealed BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY, sealed BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS calls (
+        id TEXT PRIMARY KEY, turn INTEGER NOT NULL, idx INTEGER NOT NULL, tool TEXT NOT NULL,
+        state TEXT NOT NULL, sealed BLOB NOT NULL
+      );
+    `);
+  }
+
+  state(): TaskState | undefined {
+    const row = this.sql.exec<{ json: string }>("SELECT json FROM task WHERE one = 1").toArray()[0];
+    return row ? (JSON.parse(row.json) as TaskState) : undefined;
+  }
+
+  saveState(state: TaskState): void {
+    this.sql.exec(
+      "INSERT INTO task (one, json) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET json = excluded.json",
+      JSON.stringify(state),
+    );
+  }
+
+  appendEvent(type: EventType, at: string, sealed: Uint8Array | null): number {
+    this.sql.exec("INSERT INTO events (type, at, sealed) VALUES (?, ?, ?)", type, at, sealed);
+    return this.lastEventId();
+  }
+
+  lastEventId(): number {
+    return this.sql.exec<{ id: number | null }>("SELECT max(id) AS id FROM events").one().id ?? 0;
+  }
+
+  eventsAfter(after: number, limit = 500): StoredEvent[] {
+    return this.sql
+      .exec<{
+        id: number;
+        type: EventType;
+        at: string;
+        sealed: ArrayBuffer | null;
+      }>("SELECT id, type, at, sealed FROM events WHERE id > ? ORDER BY id LIMIT ?", after, limit)
+      .toArray();
+  }
+
+  appendMessage(sealed: Uint8Array): void {
+    this.sql.exec("INSERT INTO messages (sealed) VALUES (?)", sealed);
+  }
+
+  messages(): ArrayBuffer[] {
+    return this.sql
+      .exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM messages ORDER BY seq")
+      .toArray()
+      .map((r) => r.sealed);
+  }
+
+  queueFollowUp(sealed: Uint8Array): void {
+    this.sql.exec("INSERT INTO inbox (sealed) VALUES (?)", sealed);
+  }
+
+  /** The queued follow-ups, removed from the queue. */
+  takeFollowUps(): ArrayBuffer[] {
+    const rows = this.sql.exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM inbox ORDER BY seq").toArray();
+    this.sql.exec("DELETE FROM inbox");
+    return rows.map((r) => r.sealed);
+  }
+
+  addCall(call: Omit<StoredCall, "state" | "sealed"> & { sealed: Uint8Array }): void {
+    this.sql.exec(
+      "INSERT INTO calls (id, turn, idx, tool, state, sealed) VALUES (?, ?, ?, ?, 'pending', ?)",
+      call.id,
+      call.turn,
+      call.idx,
+      call.tool,
+      call.sealed,
+    );
+  }
+
+  pendingCalls(): StoredCall[] {
+    return this.sql
+      .exec<{
+        id: string;
+        turn: number;
+        idx: number;
+        tool: string;
+        state: "pending";
+        sealed: ArrayBuffer;
+      }>("SELECT id, turn, idx, tool, state, sealed FROM calls WHERE state = 'pending' ORDER BY turn, idx")
+      .toArray();
+  }
+
+  completeCall(id: string): void {
+    this.sql.exec("UPDATE calls SET state = 'done' WHERE id = ?", id);
+  }
+}

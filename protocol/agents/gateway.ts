@@ -1,0 +1,24 @@
+/**
+ * How a task object reaches the model: through the edge's own gateway, over a service binding to the
+ * Worker's `AgentGateway` entrypoint (never the public internet), as the principal that created the
+ * task and in the `background` class, so that agents are metered, rate-limited and shed like any
+ * other client and a flood of them cannot slow tab or chat.
+ */
+export interface AgentCaller {
+  taskId: string;
+  orgId: string;
+  keyId: string;
+}
+
+export interface AgentModelAnswer {
+  /** The gateway's HTTP status. */
+  status: number;
+  /** Its JSON body: a chat completion, or a problem document. */
+  body: unknown;
+  /** `Retry-After` in seconds, when the gateway sent one. */
+  retryAfter: number | null;
+}
+
+export interface AgentModelGateway {
+  chat(caller: AgentCaller, body: Record<string, unknown>): Promise<AgentModelAnswer>;
+}

@@ -1,0 +1,112 @@
+/**
+ * The sandbox host's wire protocol: how a task object creates a task's sandbox, fills it with the
+ * task's files, runs tool calls in it and takes the diff out. The host runs as a local process
+ * (bubblewrap per sandbox) or inside a Cloudflare Container; either way it answers this protocol, and
+ * it never holds a model key or a Sextant key: it is called, it does not call out.
+ *
+ * Every request carries `Authorization: Bearer <SANDBOX_TOKEN>`. A call is identified by the task's
+ * call id: the host runs each id once and answers a repeated id with the recorded outcome, so a task
+ * object that resumes after a crash can re-send a call without a write or a command running twice.
+ */
+import { z } from "zod";
+import { ToolOutcome, TreePath } from "./tools.js";
+
+export const SandboxId = z.string().regex(/^[A-Za-z0-9_-]{8,64}$/, "8 to 64 of A-Z a-z 0-9 _ -");
+export const CallId = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
+
+export const SandboxLimits = z.strictObject({
+  /** Address space of each command, in bytes. */
+  memoryBytes: z
+    .number()
+    .int()
+    .min(64 * 2 ** 20)
+    .max(16 * 2 ** 30)
+    .default(2 * 2 ** 30),
+  /** Processes a command may have running at once (its own included). */
+  pids: z.number().int().min(4).max(4096).default(256),
+  /** CPU seconds of each command. */
+  cpuSeconds: z.number().int().min(1).max(3600).default(300),
+  /** Bytes of stdout and stderr kept from a command (each), and of any tool's result. */
+  outputBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(16 * 2 ** 20)
+    .default(256 * 2 ** 10),
+  /** The longest any command may run, whatever it asks for. */
+  commandTimeoutMs: z.number().int().min(100).max(3_600_000).default(300_000),
+  /** Bytes the tree may hold in all. */
+  diskBytes: z
+    .number()
+    .int()
+    .min(1 * 2 ** 20)
+    .max(64 * 2 ** 30)
+    .default(2 * 2 ** 30),
+});
+export type SandboxLimits = z.infer<typeof SandboxLimits>;
+
+export const CreateSandboxRequest = z.strictObject({
+  id: SandboxId,
+  limits: SandboxLimits.default(SandboxLimits.parse({})),
+  /** Seconds without a request after which the host destroys the sandbox by itself. */
+  idleTtlSeconds: z.number().int().min(10).max(86_400).default(3600),
+});
+export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
+
+export const SandboxInfo = z.object({
+  id: SandboxId,
+  /** How the host isolates commands: `bubblewrap`, `container`, `memory`. */
+  driver: z.string(),
+  /**
+   * A random 256-bit key (base64url) made with the sandbox and held only by the host: the task object
+   * seals its stored events with it, so once the sandbox is gone what the object stored cannot be read.
+   */
+  dataKey: z.string(),
+  files: z.number().int(),
+  bytes: z.number().int(),
+  /** Seconds the sandbox's commands have run, summed: what a task's `sandboxSeconds` budget counts. */
+  commandSeconds: z.number(),
+  createdAt: z.iso.datetime(),
+});
+export type SandboxInfo = z.infer<typeof SandboxInfo>;
+
+export const UploadedFile = z.strictObject({
+  path: TreePath,
+  /** The file's bytes, base64. */
+  content: z.string().max(14_000_000),
+  executable: z.boolean().default(false),
+});
+export const UploadFilesRequest = z.strictObject({ files: z.array(UploadedFile).min(1).max(2000) });
+export type UploadFilesRequest = z.input<typeof UploadFilesRequest>;
+export const UploadFilesResponse = z.object({ files: z.number().int(), bytes: z.number().int() });
+
+export const CallRequest = z.strictObject({ tool: z.string().min(1).max(64), args: z.unknown() });
+export type CallRequest = z.infer<typeof CallRequest>;
+export const CallResponse = ToolOutcome.and(
+  z.object({
+    /** True when this call id had run before and this is its recorded outcome. */
+    replayed: z.boolean(),
+    durationMs: z.number(),
+  }),
+);
+export type CallResponse = z.infer<typeof CallResponse>;
+
+export const DiffResponse = z.object({
+  /** A unified diff (`git apply`-able) from the uploaded tree to the tree now. */
+  diff: z.string(),
+  filesChanged: z.number().int(),
+  insertions: z.number().int(),
+  deletions: z.number().int(),
+});
+export type DiffResponse = z.infer<typeof DiffResponse>;
+
+/** The host's errors: `{ code, message }` with one of these codes. */
+export const SANDBOX_ERRORS = [
+  "invalid_request",
+  "unauthenticated",
+  "not_found",
+  "conflict",
+  "payload_too_large",
+  "disk_full",
+] as const;
+export const SandboxError = z.object({ code: z.enum(SANDBOX_ERRORS), message: z.string() });

@@ -1,0 +1,144 @@
+/**
+ * The agent task API's bodies: what a client sends to start and steer a coding-agent task, and what
+ * it reads back (the task, its events, its diff). The edge validates requests with these schemas and
+ * the SDK validates answers with them.
+ */
+import { z } from "zod";
+import { Plan } from "../schemas.js";
+import { TreePath } from "./tools.js";
+
+/** Per-task budgets; each is enforced before a turn starts, never in the middle of a write. */
+export const TaskLimits = z.strictObject({
+  /** Model turns (one model call and the tool calls it asked for). */
+  turns: z.number().int().min(1).max(500).default(30),
+  /** Prompt plus completion tokens over all turns, as the gateway meters them. */
+  tokens: z.number().int().min(1000).max(50_000_000).default(500_000),
+  /** Seconds from the task's start to its end. */
+  wallSeconds: z.number().int().min(5).max(86_400).default(1800),
+  /** Seconds the sandbox's commands (terminal and lints) may run, summed. */
+  sandboxSeconds: z.number().int().min(1).max(86_400).default(900),
+  /** Bytes of tool output the model may be sent in all. */
+  outputBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(1 * 2 ** 30)
+    .default(8 * 2 ** 20),
+});
+export type TaskLimits = z.infer<typeof TaskLimits>;
+
+/** An org's agent quota: tasks at once (uploading or running), and sandbox seconds per UTC day. */
+export const AgentOrgLimits = z.strictObject({
+  concurrentTasks: z.number().int().min(1).max(100_000),
+  dailySandboxSeconds: z.number().int().min(1).max(1_000_000_000),
+});
+export type AgentOrgLimits = z.infer<typeof AgentOrgLimits>;
+
+/** Each plan's agent quota; `AGENT_LIMITS` (JSON, plan by plan) replaces any of them. */
+export const AGENT_PLAN_LIMITS: Record<Plan, AgentOrgLimits> = {
+  free: { concurrentTasks: 2, dailySandboxSeconds: 3_600 },
+  pro: { concurrentTasks: 10, dailySandboxSeconds: 36_000 },
+  business: { concurrentTasks: 50, dailySandboxSeconds: 360_000 },
+};
+export const AgentLimitsConfig = z.partialRecord(Plan, AgentOrgLimits);
+
+export const CreateTaskRequest = z.strictObject({
+  prompt: z.string().trim().min(1).max(100_000),
+  /** A chat model the gateway serves; the edge's `AGENT_MODEL` when omitted. */
+  model: z.string().min(1).max(256).optional(),
+  limits: TaskLimits.partial().default({}),
+  /**
+   * Where the code comes from: `upload` (the client sends files with `POST …/files`, then `…/start`),
+   * or `empty` (the task starts at once on an empty tree).
+   */
+  source: z.enum(["upload", "empty"]).default("upload"),
+});
+export type CreateTaskRequest = z.input<typeof CreateTaskRequest>;
+
+export const TASK_STATUSES = ["uploading", "running", "finished", "failed", "cancelled"] as const;
+export const TaskStatus = z.enum(TASK_STATUSES);
+export type TaskStatus = z.infer<typeof TaskStatus>;
+export const isTerminal = (s: TaskStatus) => s === "finished" || s === "failed" || s === "cancelled";
+
+/** Why a task ended, when it has. */
+export const END_REASONS = [
+  "finished",
+  "cancelled",
+  "turns",
+  "tokens",
+  "wall_time",
+  "sandbox_time",
+  "output_bytes",
+  "model_error",
+  "sandbox_error",
+  "sandbox_gone",
+] as const;
+export const EndReason = z.enum(END_REASONS);
+export type EndReason = z.infer<typeof EndReason>;
+
+export const TaskUsage = z.object({
+  turns: z.number().int(),
+  tokens: z.number().int(),
+  toolCalls: z.number().int(),
+  sandboxSeconds: z.number(),
+  outputBytes: z.number().int(),
+});
+export type TaskUsage = z.infer<typeof TaskUsage>;
+
+export const Task = z.object({
+  id: z.string(),
+  status: TaskStatus,
+  model: z.string(),
+  limits: TaskLimits,
+  usage: TaskUsage,
+  endReason: EndReason.nullable(),
+  createdAt: z.iso.datetime(),
+  startedAt: z.iso.datetime().nullable(),
+  endedAt: z.iso.datetime().nullable(),
+  /** Sequence number of the task's last event. */
+  lastEventId: z.number().int(),
+});
+export type Task = z.infer<typeof Task>;
+
+/** An event of a task's log, as `GET …/events` streams it (SSE `id:` is `id`, `event:` is `type`). */
+export const EVENT_TYPES = [
+  "task.created",
+  "task.started",
+  "user.message",
+  "turn.started",
+  "assistant.message",
+  "tool.call",
+  "tool.result",
+  "task.ended",
+] as const;
+export const EventType = z.enum(EVENT_TYPES);
+export type EventType = z.infer<typeof EventType>;
+
+export const TaskEvent = z.object({
+  id: z.number().int().min(1),
+  type: EventType,
+  at: z.iso.datetime(),
+  /**
+   * What happened. Null once the task's sandbox is gone: the task object keeps an event's payload
+   * sealed with a key only the sandbox holds.
+   */
+  data: z.record(z.string(), z.unknown()).nullable(),
+});
+export type TaskEvent = z.infer<typeof TaskEvent>;
+
+export const TaskMessageRequest = z.strictObject({ content: z.string().trim().min(1).max(100_000) });
+
+export const UploadTaskFilesRequest = z.strictObject({
+  files: z
+    .array(
+      z.strictObject({
+        path: TreePath,
+        /** base64 */
+        content: z.string(),
+        executable: z.boolean().default(false),
+      }),
+    )
+    .min(1)
+    .max(2000),
+});
+export type UploadTaskFilesRequest = z.input<typeof UploadTaskFilesRequest>;

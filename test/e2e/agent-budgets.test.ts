@@ -1,0 +1,157 @@
+/**
+ * Two hundred agent tasks with random scripts (reads, writes, commands that print a lot or take a
+ * while) under random budgets: none passes any budget, and each ends for a reason its usage shows.
+ * The scripts are set on the simulated backends `npm start` runs, through the simulator's control API.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
+import { Task, TaskEvent, type TaskLimits } from "../../protocol/agents/task.js";
+import { startAgentStack, type AgentStack } from "../support/agent-stack.js";
+import { savedLocalEdge } from "../support/local-edge.js";
+
+const RUNS = 200;
+const AT_ONCE = 8;
+
+/** mulberry32: the runs are the same every time. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Run {
+  script: AgentScript;
+  limits: Partial<TaskLimits>;
+}
+
+function randomRun(i: number, random: () => number): Run {
+  const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
+  const call = (turn: number, j: number): { name: string; arguments: Record<string, unknown> } => {
+    switch (int(0, 5)) {
+      case 0:
+        return { name: "read_file", arguments: { path: "README.md" } };
+      case 1:
+        return { name: "run_terminal", arguments: { command: `head -c ${int(10, 40_000)} /dev/zero | tr '\\0' a` } };
+      case 2:
+        return { name: "run_terminal", arguments: { command: `sleep 0.${int(1, 6)}` } };
+      case 4:
+        return { name: "run_terminal", arguments: { command: `sleep ${int(1, 3)}` } };
+      case 3:
+        return { name: "create_file", arguments: { path: `f-${turn}-${j}.txt`, content: "x".repeat(int(1, 2000)) } };
+      default:
+        return { name: "grep", arguments: { pattern: "a" } };
+    }
+  };
+  const turns: AgentScript["turns"] = Array.from({ length: int(1, 8) }, (_, turn) => ({
+    toolCalls: Array.from({ length: int(1, 3) }, (_, j) => call(turn, j)),
+  }));
+  if (random() < 0.7) turns.push({ toolCalls: [{ name: "finish", arguments: { summary: "done" } }] });
+  return {
+    script: { name: `budget-${i}`, match: `(agent budget run ${i})`, turns },
+    limits: {
+      turns: int(1, 10),
+      tokens: int(3000, 40_000),
+      wallSeconds: int(5, 30),
+      sandboxSeconds: int(1, 4),
+      outputBytes: int(1024, 60_000),
+    },
+  };
+}
+
+let stack: AgentStack;
+let key: string;
+const random = prng(27);
+const runs = Array.from({ length: RUNS }, (_, i) => randomRun(i, random));
+
+beforeAll(async () => {
+  stack = await startAgentStack();
+  key = savedLocalEdge(stack.edge).apiKey;
+  const control = /control: (http:\/\/[^)\s]+)\)/.exec(stack.edge.output())?.[1];
+  if (!control) throw new Error("npm start did not say where its simulator's control API is");
+  for (const backend of ["sim-us-east", "sim-eu-west"]) {
+    const response = await fetch(`${control}/backends/${backend}`, {
+      method: "PATCH",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ agentScripts: runs.map((r) => r.script) }),
+    });
+    expect(response.status, await response.text()).toBe(200);
+  }
+});
+afterAll(async () => {
+  await stack?.edge.stop();
+});
+
+async function call(method: string, path: string, body?: unknown): Promise<unknown> {
+  const response = await fetch(`${stack.edge.baseURL}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return JSON.parse(text);
+}
+
+async function runTask(i: number): Promise<{ task: Task; events: TaskEvent[] }> {
+  const { limits } = runs[i]!;
+  const created = Task.parse(await call("POST", "/v1/agents/tasks", { prompt: `Go (agent budget run ${i})`, limits }));
+  const readme = Buffer.from("# Budgets\n\nA line with a in it.\n").toString("base64");
+  await call("POST", `/v1/agents/tasks/${created.id}/files`, { files: [{ path: "README.md", content: readme }] });
+  await call("POST", `/v1/agents/tasks/${created.id}/start`);
+  for (let poll = 0; poll < 1200; poll++) {
+    const task = Task.parse(await call("GET", `/v1/agents/tasks/${created.id}`));
+    if (task.status !== "running") {
+      const response = await fetch(`${stack.edge.baseURL}/v1/agents/tasks/${created.id}/events`, {
+        headers: { Authorization: `Bearer ${key}` },
+      });
+      const events = (await response.text())
+        .split("\n")
+        .filter((l) => l.startsWith("data: "))
+        .map((l) => TaskEvent.parse(JSON.parse(l.slice(6))));
+      return { task, events };
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run ${i} did not end`);
+}
+
+describe("agent task budgets", () => {
+  it(`are never passed, over ${RUNS} random runs`, async () => {
+    const reasons = new Map<string, number>();
+    for (let start = 0; start < RUNS; start += AT_ONCE) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(AT_ONCE, RUNS - start) }, (_, k) => runTask(start + k)),
+      );
+      for (const [k, { task, events }] of batch.entries()) {
+        const i = start + k;
+        const where = `run ${i}: ${JSON.stringify({ limits: task.limits, usage: task.usage, end: task.endReason })}`;
+        expect(["finished", "failed"], where).toContain(task.status);
+        expect(task.usage.turns, where).toBeLessThanOrEqual(task.limits.turns);
+        expect(task.usage.tokens, where).toBeLessThanOrEqual(task.limits.tokens);
+        expect(task.usage.outputBytes, where).toBeLessThanOrEqual(task.limits.outputBytes);
+        expect(task.usage.sandboxSeconds, where).toBeLessThanOrEqual(task.limits.sandboxSeconds);
+        // The host's own measure of each command agrees: their sum is within the budget too.
+        const commandMs = events
+          .filter((e) => e.type === "tool.result" && e.data?.tool === "run_terminal" && e.data.ok)
+          .reduce((sum, e) => sum + (e.data!.result as { durationMs: number }).durationMs, 0);
+        expect(commandMs, where).toBeLessThanOrEqual(task.limits.sandboxSeconds * 1000);
+        // A budget's end is named, and the usage shows it.
+        const reason = task.endReason!;
+        reasons.set(reason, (reasons.get(reason) ?? 0) + 1);
+        if (reason === "turns") expect(task.usage.turns, where).toBe(task.limits.turns);
+        if (reason === "output_bytes") expect(task.usage.outputBytes, where).toBe(task.limits.outputBytes);
+        expect(events.at(-1)?.type, where).toBe("task.ended");
+        expect(events.at(-1)?.data?.reason, where).toBe(reason);
+      }
+    }
+    // The runs meet the budgets, not only the end of their scripts.
+    for (const reason of ["finished", "turns", "tokens", "sandbox_time", "output_bytes"])
+      expect(reasons.get(reason) ?? 0, reason).toBeGreaterThan(0);
+    console.log(`endings over ${RUNS} runs: ${JSON.stringify(Object.fromEntries(reasons))}`);
+  }, 900_000);
+});

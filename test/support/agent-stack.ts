@@ -1,0 +1,110 @@
+/**
+ * Agent tasks end to end: `npm start`'s edge (whose simulator answers the scripted agent model from
+ * `gpu-backends/simulator/agent-scripts/`) and, when asked, a sandbox host of the test's own, so a
+ * test can stop and restart the edge while the task's sandbox lives on.
+ */
+import { cpSync, mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { bubblewrapWorks } from "../../scripts/local-sandbox.js";
+import { startSandboxHost } from "../../sandboxes/host.js";
+import { Sextant } from "../../client/sdk/client.js";
+import { ROOT, savedLocalEdge, sextant, startLocalEdge, type CliResult, type LocalEdge } from "./local-edge.js";
+
+export const AGENT_FIXTURES = join(ROOT, "test/fixtures/agent-tasks");
+
+export interface AgentFixture {
+  name: string;
+  /** The task's files, as the client uploads them. */
+  repo: string;
+  prompt: string;
+  /** Files the expected solution changes, with their expected content. */
+  changed: Record<string, string>;
+}
+
+export function agentFixtures(): AgentFixture[] {
+  return readdirSync(AGENT_FIXTURES)
+    .filter((name) => statSync(join(AGENT_FIXTURES, name, "task.json"), { throwIfNoEntry: false }))
+    .sort()
+    .map((name) => {
+      const task = JSON.parse(readFileSync(join(AGENT_FIXTURES, name, "task.json"), "utf8")) as {
+        prompt: string;
+        changed: Record<string, string>;
+      };
+      return { name, repo: join(AGENT_FIXTURES, name, "repo"), ...task };
+    });
+}
+
+/** A fixture's repository copied to a temporary directory (tests may change it). */
+export function copyOfRepo(fixture: AgentFixture): string {
+  const dir = mkdtempSync(join(tmpdir(), `sextant-agent-${fixture.name}-`));
+  cpSync(fixture.repo, dir, { recursive: true });
+  return dir;
+}
+
+/** Every file under `dir`, relative, as base64 upload entries. */
+export function filesOf(dir: string): { path: string; content: string }[] {
+  const out: { path: string; content: string }[] = [];
+  const walk = (at: string) => {
+    for (const entry of readdirSync(at, { withFileTypes: true })) {
+      const path = join(at, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (entry.isFile()) out.push({ path: relative(dir, path), content: readFileSync(path).toString("base64") });
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+export interface SandboxHostHandle {
+  url: string;
+  token: string;
+  root: string;
+  stop(): Promise<void>;
+}
+
+/** A sandbox host of the test's own (bubblewrap where it runs). */
+export async function startTestSandboxHost(): Promise<SandboxHostHandle> {
+  const token = `test-${crypto.randomUUID()}`;
+  const root = mkdtempSync(join(tmpdir(), "sextant-sandboxes-"));
+  const host = await startSandboxHost({
+    host: "127.0.0.1",
+    port: 0,
+    token,
+    root,
+    driver: bubblewrapWorks() ? "bubblewrap" : "direct",
+  });
+  return { url: host.url, token, root, stop: () => host.stop() };
+}
+
+export interface AgentStack {
+  edge: LocalEdge;
+  sdk: Sextant;
+  env: Record<string, string>;
+  cli: (args: string[]) => CliResult;
+}
+
+/** `npm start` (with its own sandbox host, or `host` when given) and an SDK client with the development key. */
+export async function startAgentStack(
+  options: {
+    host?: SandboxHostHandle;
+    port?: number;
+    persistTo?: string;
+    configDir?: string;
+    vars?: Record<string, string>;
+  } = {},
+): Promise<AgentStack> {
+  const vars = {
+    ...(options.host ? { SANDBOX_URL: options.host.url, SANDBOX_TOKEN: options.host.token } : {}),
+    ...options.vars,
+  };
+  const edge = await startLocalEdge({
+    vars,
+    ...(options.port ? { port: options.port } : {}),
+    ...(options.persistTo ? { persistTo: options.persistTo } : {}),
+    ...(options.configDir ? { configDir: options.configDir } : {}),
+  });
+  const sdk = new Sextant({ apiKey: savedLocalEdge(edge).apiKey, baseURL: edge.baseURL, maxRetries: 0 });
+  const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
+  return { edge, sdk, env, cli: (args) => sextant(args, env) };
+}
