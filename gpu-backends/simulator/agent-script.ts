@@ -27,6 +27,10 @@ export const AgentScript = z.strictObject({
 });
 export type AgentScript = z.infer<typeof AgentScript>;
 
+/** The body of the control API's `PUT /backends/:id/agent-scripts`: the scripts that replace the backend's. */
+export const AgentScriptsBody = z.strictObject({ scripts: z.array(AgentScript) });
+export type AgentScriptsBody = z.infer<typeof AgentScriptsBody>;
+
 export interface ScriptedTurn {
   script: string;
   turn: number;
@@ -34,10 +38,8 @@ export interface ScriptedTurn {
   toolCalls: { id: string; name: string; arguments: string }[];
 }
 
-interface Message {
-  role: string;
-  content?: unknown;
-}
+/** A chat message as far as choosing a turn goes; anything else in the conversation is ignored. */
+const Message = z.looseObject({ role: z.string(), content: z.unknown().optional() });
 
 const textOf = (content: unknown): string =>
   typeof content === "string"
@@ -48,14 +50,26 @@ const textOf = (content: unknown): string =>
           .join("")
       : "";
 
-/** The scripted answer to this conversation, or undefined when no script matches it. */
-export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly Message[]): ScriptedTurn | undefined {
-  const first = messages.find((m) => m.role === "user");
+/**
+ * The scripted answer to this conversation, or undefined when no script matches it. The turn is
+ * the number of assistant messages already there, so the same conversation always gets the same answer.
+ *
+ * @example
+ * ```ts
+ * scriptedTurn([script], [{ role: "user", content: "Fix it (task 7)" }]); // script.turns[0], ids call_<name>_0_<i>
+ * ```
+ */
+export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly unknown[]): ScriptedTurn | undefined {
+  const conversation = messages.flatMap((m) => {
+    const parsed = Message.safeParse(m);
+    return parsed.success ? [parsed.data] : [];
+  });
+  const first = conversation.find((m) => m.role === "user");
   if (!first) return undefined;
   const text = textOf(first.content);
   const script = scripts.find((s) => text.includes(s.match));
   if (!script) return undefined;
-  const turn = messages.filter((m) => m.role === "assistant").length;
+  const turn = conversation.filter((m) => m.role === "assistant").length;
   const step = script.turns[turn];
   if (!step)
     return {
@@ -64,13 +78,12 @@ export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly
       content: `(simulated agent: script ${script.name} has no turn ${turn})`,
       toolCalls: [],
     };
-  const safe = `${script.name}_${turn}`.replace(/[^A-Za-z0-9_-]/g, "_");
   return {
     script: script.name,
     turn,
     content: step.content ?? null,
     toolCalls: (step.toolCalls ?? []).map((c, i) => ({
-      id: `call_${safe}_${i}`,
+      id: `call_${script.name}_${turn}_${i}`.replace(/[^A-Za-z0-9_-]/g, "_"),
       name: c.name,
       arguments: JSON.stringify(c.arguments),
     })),
@@ -101,44 +114,68 @@ export function loadAgentScripts(dir: string): AgentScript[] {
 
 /** Characters of a turn's content and arguments ÷ 4, rounded up: its completion tokens. */
 export const scriptedTokens = (turn: ScriptedTurn) =>
-  Math.max(
-    1,
-    Math.ceil(((turn.content ?? "").length + turn.toolCalls.reduce((s, c) => s + c.arguments.length, 0)) / 4),
-  );
+  Math.ceil(((turn.content ?? "").length + turn.toolCalls.reduce((s, c) => s + c.arguments.length, 0)) / 4);
+
+/** Characters of arguments per streamed delta: one simulated token's worth. */
+const ARGUMENT_PIECE = 4;
+
+/** A turn's stream as OpenAI sends it: the content in one delta, then each call's head, then its arguments. */
+function scriptedDeltas(turn: ScriptedTurn): object[] {
+  const deltas: object[] = [];
+  if (turn.content !== null) deltas.push({ role: "assistant", content: turn.content });
+  turn.toolCalls.forEach((call, index) => {
+    const role = deltas.length === 0 ? { role: "assistant", content: null } : {};
+    const head = { index, id: call.id, type: "function", function: { name: call.name, arguments: "" } };
+    deltas.push({ ...role, tool_calls: [head] });
+    // Code points, not UTF-16 units, so that no piece splits a surrogate pair.
+    const chars = Array.from(call.arguments);
+    for (let at = 0; at < chars.length; at += ARGUMENT_PIECE)
+      deltas.push({ tool_calls: [{ index, function: { arguments: chars.slice(at, at + ARGUMENT_PIECE).join("") } }] });
+  });
+  return deltas;
+}
 
 /**
- * The chat completion's shape for a scripted turn: whole, one message with the turn's content and
- * tool calls; streamed, the content and every call (each with its index, id and name, and its
- * arguments whole) in the first chunk, empty deltas for the rest, and the finish reason last.
+ * The chat completion's shape for a scripted turn. Whole: one message with the turn's content and
+ * tool calls. Streamed: the deltas of `scriptedDeltas`, spread evenly over the turn's tokens so that
+ * the backend's pace, stalls and broken streams apply to them as to any answer (a stream cut after k
+ * tokens has sent about k/tokens of them), and whatever is left with the finish reason.
  */
 export function scriptedFormat(turn: ScriptedTurn): Format {
   const finish = turn.toolCalls.length > 0 ? "tool_calls" : "stop";
-  const calls = turn.toolCalls.map((c) => ({
-    id: c.id,
-    type: "function",
-    function: { name: c.name, arguments: c.arguments },
-  }));
-  const opening = {
-    role: "assistant",
-    content: turn.content,
-    ...(calls.length ? { tool_calls: calls.map((c, index) => ({ index, ...c })) } : {}),
-  };
-  let started = false;
+  const deltas = scriptedDeltas(turn);
+  const tokens = scriptedTokens(turn);
+  const choice = (delta: object) => ({ index: 0, delta, logprobs: null, finish_reason: null });
+  let sent = 0;
+  let emitted = 0;
   return {
     idPrefix: "chatcmpl-sim-",
     object: "chat.completion",
     chunkObject: "chat.completion.chunk",
     n: 1,
-    token: (_, first) => {
-      started = true;
-      return [{ index: 0, delta: first ? opening : {}, logprobs: null, finish_reason: null }];
+    token: () => {
+      const upTo = Math.ceil((++emitted * deltas.length) / Math.max(1, tokens));
+      const due = deltas.slice(sent, upTo);
+      sent = Math.max(sent, upTo);
+      return due.map(choice);
     },
-    // A turn streamed with no tokens at all still says everything, in its last chunk.
-    final: () => [{ index: 0, delta: started ? {} : opening, logprobs: null, finish_reason: finish }],
+    final: () => [...deltas.slice(sent).map(choice), { index: 0, delta: {}, logprobs: null, finish_reason: finish }],
     whole: () => [
       {
         index: 0,
-        message: { role: "assistant", content: turn.content, ...(calls.length ? { tool_calls: calls } : {}) },
+        message: {
+          role: "assistant",
+          content: turn.content,
+          ...(turn.toolCalls.length
+            ? {
+                tool_calls: turn.toolCalls.map((c) => ({
+                  id: c.id,
+                  type: "function",
+                  function: { name: c.name, arguments: c.arguments },
+                })),
+              }
+            : {}),
+        },
         logprobs: null,
         finish_reason: finish,
       },

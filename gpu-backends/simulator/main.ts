@@ -9,8 +9,8 @@
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { loadAgentScripts } from "./agent-script.js";
 import { z } from "zod";
+import { loadAgentScripts } from "./agent-script.js";
 import { BackendOptions, SimulatorOptions, startSimulator } from "./simulator.js";
 
 const USAGE = `Usage: tsx gpu-backends/simulator/main.ts [--config file.json] [options]
@@ -76,12 +76,13 @@ function number(flag: string, value: string): number {
 
 async function options(): Promise<SimulatorOptions & { control: { port?: number } }> {
   const { values } = parseArgs({ options: FLAGS, strict: true, allowPositionals: false });
-  const scripts = values["agent-scripts"] === undefined ? undefined : loadAgentScripts(values["agent-scripts"]);
-  const withScripts = <T extends object>(b: T) => (scripts ? { ...b, agentScripts: scripts } : b);
   if (values.help) {
     process.stdout.write(USAGE);
     process.exit(0);
   }
+  // Loaded before anything listens, so that a bad script is a configuration error (exit code 2).
+  const scripts = values["agent-scripts"] === undefined ? undefined : loadAgentScripts(values["agent-scripts"]);
+  const withScripts = <T extends object>(b: T) => (scripts ? { ...b, agentScripts: scripts } : b);
   const controlPort = values["control-port"] === undefined ? undefined : number("control-port", values["control-port"]);
   if (values.config) {
     const text = await readFile(values.config, "utf8");

@@ -19,7 +19,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
-import { AgentScript, scriptedFormat, scriptedTurn } from "./agent-script.js";
+import { AgentScript, AgentScriptsBody, scriptedFormat, scriptedTokens, scriptedTurn } from "./agent-script.js";
 import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
 
 const HOST = "127.0.0.1";
@@ -301,6 +301,8 @@ interface Generation {
   model: string;
   promptTokens: number;
   maxTokens: number | null;
+  /** A fixed answer's length in tokens (a scripted agent turn), instead of `completionTokens`. */
+  tokens?: number;
   stream: boolean;
   includeUsage: boolean;
   /** Anthropic only: the tool the request made it call; its answer is that call, `{"text": <the tokens>}`. */
@@ -670,7 +672,7 @@ class Backend implements SimulatedBackend {
   private generate(exchange: Exchange, g: Generation, fault: Fault | undefined) {
     const { res, record } = exchange;
     const o = this.opts;
-    const tokens = g.maxTokens === null ? o.completionTokens : Math.min(g.maxTokens, o.completionTokens);
+    const tokens = g.tokens ?? (g.maxTokens === null ? o.completionTokens : Math.min(g.maxTokens, o.completionTokens));
     const finish = g.maxTokens !== null && tokens === g.maxTokens ? "length" : "stop";
     const drip = fault?.type === "slowDrip" ? fault.intervalMs : undefined;
     const stallAt = g.stream && fault?.type === "hangMidStream" ? Math.min(fault.afterTokens, tokens) : -1;
@@ -885,6 +887,7 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       model: r.data.model,
       promptTokens: promptTokens(chars),
       // A scripted turn is whole whatever the limit: it is a fixed answer, not a generation.
+      ...(scripted ? { tokens: scriptedTokens(scripted) } : {}),
       maxTokens: scripted ? null : (r.data.max_completion_tokens ?? r.data.max_tokens ?? null),
       stream: r.data.stream ?? false,
       includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
@@ -990,7 +993,8 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
 /**
  * The control API, JSON over HTTP, for other processes (benchmarks, `npm start`): `GET /backends`,
  * `PATCH /backends/:id` (a patch of options), `GET /backends/:id/records?since=seq`,
- * `DELETE /backends/:id/records` (clears them and the peak), `POST /backends/:id/reset-peak`.
+ * `DELETE /backends/:id/records` (clears them and the peak), `POST /backends/:id/reset-peak`,
+ * `PUT /backends/:id/agent-scripts` (`{ scripts }`, replacing the scripted agent model's scripts).
  */
 async function startControlServer(backends: Map<string, Backend>, port: number) {
   const view = (b: Backend) => ({
@@ -1007,7 +1011,7 @@ async function startControlServer(backends: Map<string, Backend>, port: number) 
     if (req.method === "GET" && url.pathname === "/backends") {
       return [200, { backends: [...backends.values()].map(view) }];
     }
-    const match = /^\/backends\/([^/]+)(\/records|\/reset-peak)?$/.exec(url.pathname);
+    const match = /^\/backends\/([^/]+)(\/records|\/reset-peak|\/agent-scripts)?$/.exec(url.pathname);
     const backend = match ? backends.get(decodeURIComponent(match[1]!)) : undefined;
     if (!match || !backend) return [404, errorBody(404, `Not Found: ${req.method} ${url.pathname}`)];
     switch (`${req.method} ${match[2] ?? ""}`) {
@@ -1032,6 +1036,16 @@ async function startControlServer(backends: Map<string, Backend>, port: number) 
       case "POST /reset-peak":
         backend.resetPeak();
         return [200, view(backend)];
+      case "PUT /agent-scripts": {
+        let body: AgentScriptsBody;
+        try {
+          body = AgentScriptsBody.parse(JSON.parse(text));
+        } catch (err) {
+          return [400, errorBody(400, err instanceof z.ZodError ? firstIssue(err) : "the body is not JSON")];
+        }
+        await backend.configure({ agentScripts: body.scripts });
+        return [200, view(backend)];
+      }
       default:
         return [405, errorBody(405, "Method Not Allowed")];
     }

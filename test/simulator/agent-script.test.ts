@@ -1,9 +1,10 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import OpenAI from "openai";
+import OpenAI, { APIError } from "openai";
+import type { ChatCompletionChunk, ChatCompletionMessageParam } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadAgentScripts, type AgentScript } from "../../gpu-backends/simulator/agent-script.js";
+import { loadAgentScripts, scriptedTurn, type AgentScript } from "../../gpu-backends/simulator/agent-script.js";
 import { startSimulator, type Simulator } from "../../gpu-backends/simulator/simulator.js";
 
 const SCRIPT: AgentScript = {
@@ -24,114 +25,239 @@ const TOOLS = ["read_file", "grep", "finish"].map((name) => ({
   type: "function" as const,
   function: { name, parameters: { type: "object", properties: { path: { type: "string" } } } },
 }));
+/** The first turn's completion tokens: characters of its content and arguments ÷ 4, rounded up. */
+const FIRST_TURN_TOKENS = Math.ceil(("Reading.".length + '{"path":"a.js"}'.length + '{"pattern":"TODO"}'.length) / 4);
 
 let sim: Simulator;
 let client: OpenAI;
+let faulty: OpenAI;
 beforeAll(async () => {
-  sim = await startSimulator({ backends: [{ id: "a", models: ["m"], agentScripts: [SCRIPT], ttftMs: 1 }] });
+  sim = await startSimulator({
+    backends: [
+      { id: "a", kind: "openai", models: ["m"], agentScripts: [SCRIPT], ttftMs: 1, tokensPerSecond: 2000 },
+      { id: "faulty", models: ["m"], agentScripts: [SCRIPT], ttftMs: 1, tokensPerSecond: 2000 },
+    ],
+    control: true,
+  });
   client = new OpenAI({ baseURL: sim.backend("a").url, apiKey: "unused", maxRetries: 0 });
+  faulty = new OpenAI({ baseURL: sim.backend("faulty").url, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => sim?.stop());
 
 const user = (content: string) => ({ role: "user" as const, content });
-const afterFirstTurn = [
+const FIRST: ChatCompletionMessageParam[] = [
+  { role: "system", content: "be an agent" },
+  user("Please fix it (script: fix-it)"),
+];
+const AFTER_FIRST_TURN: ChatCompletionMessageParam[] = [
   user("Please fix it (script: fix-it)"),
   {
-    role: "assistant" as const,
+    role: "assistant",
     content: "Reading.",
-    tool_calls: [{ id: "x", type: "function" as const, function: { name: "read_file", arguments: "{}" } }],
+    tool_calls: [{ id: "x", type: "function", function: { name: "read_file", arguments: "{}" } }],
   },
-  { role: "tool" as const, tool_call_id: "x", content: "{}" },
+  { role: "tool", tool_call_id: "x", content: "{}" },
+];
+const PAST_THE_END: ChatCompletionMessageParam[] = [
+  ...AFTER_FIRST_TURN,
+  { role: "assistant", content: "x" },
+  user("and now?"),
 ];
 
+const calls = (message: OpenAI.Chat.ChatCompletionMessage) =>
+  (message.tool_calls ?? []).map((c) => (c.type === "function" ? [c.id, c.function.name, c.function.arguments] : []));
+
 describe("the scripted agent model", () => {
-  it("answers a matching conversation's first turn with the script's calls, whole", async () => {
-    const answer = await client.chat.completions.create({
-      model: "m",
-      messages: [{ role: "system", content: "be an agent" }, user("Please fix it (script: fix-it)")],
-      tools: TOOLS,
-    });
-    const message = answer.choices[0]!.message;
-    expect(answer.choices[0]!.finish_reason).toBe("tool_calls");
+  it("answers a matching conversation's first turn with the script's calls, whole, with the simulator's labels", async () => {
+    const { data: answer, response } = await client.chat.completions
+      .create({ model: "m", messages: FIRST, tools: TOOLS })
+      .withResponse();
+    expect(response.headers.get("x-simulator")).toBe("sextant");
     expect(answer.system_fingerprint).toBe("sextant-simulator");
-    expect(message.content).toBe("Reading.");
-    expect(message.tool_calls!.map((c) => [c.id, c.type === "function" && c.function.name])).toEqual([
-      ["call_fix_it_0_0", "read_file"],
-      ["call_fix_it_0_1", "grep"],
+    expect(answer.model).toBe("m");
+    expect(answer.choices[0]!.finish_reason).toBe("tool_calls");
+    expect(answer.choices[0]!.message.content).toBe("Reading.");
+    expect(calls(answer.choices[0]!.message)).toEqual([
+      ["call_fix_it_0_0", "read_file", '{"path":"a.js"}'],
+      ["call_fix_it_0_1", "grep", '{"pattern":"TODO"}'],
     ]);
-    expect(message.tool_calls!.map((c) => c.type === "function" && JSON.parse(c.function.arguments))).toEqual([
-      { path: "a.js" },
-      { pattern: "TODO" },
-    ]);
+    expect(answer.usage).toMatchObject({ completion_tokens: FIRST_TURN_TOKENS });
+    expect(answer.usage!.prompt_tokens).toBe(
+      Math.ceil(("be an agent".length + "Please fix it (script: fix-it)".length) / 4),
+    );
   });
 
-  it("streams the same turn, as the SDK assembles it", async () => {
+  it("streams the same turn as OpenAI does, which the SDK's stream helper assembles into the same message", async () => {
+    const whole = await client.chat.completions.create({ model: "m", messages: FIRST, tools: TOOLS });
     const stream = client.chat.completions.stream({
       model: "m",
-      messages: [user("Please fix it (script: fix-it)")],
+      messages: FIRST,
       tools: TOOLS,
       stream_options: { include_usage: true },
     });
     const answer = await stream.finalChatCompletion();
+    expect(answer.system_fingerprint).toBe("sextant-simulator");
     expect(answer.choices[0]!.finish_reason).toBe("tool_calls");
-    expect(answer.choices[0]!.message.tool_calls!.map((c) => c.type === "function" && c.function.arguments)).toEqual([
-      '{"path":"a.js"}',
-      '{"pattern":"TODO"}',
+    expect(answer.choices[0]!.message.content).toBe("Reading.");
+    expect(calls(answer.choices[0]!.message)).toEqual(calls(whole.choices[0]!.message));
+    expect(answer.usage).toEqual(whole.usage);
+  });
+
+  it("streams the content in one delta, then each call's head with empty arguments, then its arguments", async () => {
+    const stream = await client.chat.completions.create({
+      model: "m",
+      messages: FIRST,
+      tools: TOOLS,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks: ChatCompletionChunk[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const deltas = chunks.flatMap((c) => c.choices.map((choice) => choice.delta));
+    expect(deltas[0]).toEqual({ role: "assistant", content: "Reading." });
+    const heads = deltas.flatMap((d) => (d.tool_calls ?? []).filter((t) => t.id !== undefined));
+    expect(heads).toEqual([
+      { index: 0, id: "call_fix_it_0_0", type: "function", function: { name: "read_file", arguments: "" } },
+      { index: 1, id: "call_fix_it_0_1", type: "function", function: { name: "grep", arguments: "" } },
     ]);
-    expect(answer.usage!.total_tokens).toBeGreaterThan(0);
+    const argumentsOf = (index: number) =>
+      deltas
+        .flatMap((d) => d.tool_calls ?? [])
+        .filter((t) => t.index === index)
+        .map((t) => t.function?.arguments ?? "");
+    expect(argumentsOf(0).length).toBeGreaterThan(2);
+    expect(argumentsOf(0).join("")).toBe('{"path":"a.js"}');
+    expect(argumentsOf(1).join("")).toBe('{"pattern":"TODO"}');
+    expect(chunks.at(-2)!.choices[0]).toMatchObject({ delta: {}, finish_reason: "tool_calls" });
+    expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { completion_tokens: FIRST_TURN_TOKENS } });
   });
 
-  it("plays the turn after the assistant messages already there, the same every time", async () => {
-    const ask = () => client.chat.completions.create({ model: "m", messages: afterFirstTurn, tools: TOOLS });
+  it("plays the turn numbered by the assistant messages already in the conversation", async () => {
+    const answer = await client.chat.completions.create({ model: "m", messages: AFTER_FIRST_TURN, tools: TOOLS });
+    expect(answer.choices[0]!.finish_reason).toBe("tool_calls");
+    expect(answer.choices[0]!.message.content).toBeNull();
+    expect(calls(answer.choices[0]!.message)).toEqual([["call_fix_it_1_0", "finish", '{"summary":"done"}']]);
+  });
+
+  it("gives the same conversation the same answer every time", async () => {
+    const ask = () => client.chat.completions.create({ model: "m", messages: AFTER_FIRST_TURN, tools: TOOLS });
     const [a, b] = await Promise.all([ask(), ask()]);
-    for (const answer of [a, b]) {
-      const call = answer.choices[0]!.message.tool_calls![0]!;
-      expect(call.id).toBe("call_fix_it_1_0");
-      expect(call.type === "function" && [call.function.name, call.function.arguments]).toEqual([
-        "finish",
-        '{"summary":"done"}',
-      ]);
-    }
+    const c = await ask();
+    expect(b.choices).toEqual(a.choices);
+    expect(c.choices).toEqual(a.choices);
+    expect(c.usage).toEqual(a.usage);
   });
 
-  it("says in text when the script has no more turns", async () => {
-    const messages = [...afterFirstTurn, { role: "assistant" as const, content: "x" }, user("and now?")];
-    const answer = await client.chat.completions.create({ model: "m", messages, tools: TOOLS });
+  it("matches the first user message's text parts too", () => {
+    const turn = scriptedTurn(
+      [SCRIPT],
+      [
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "Please (script: " },
+            { type: "text", text: "fix-it)" },
+          ],
+        },
+        { role: "user", content: "(script: other)" },
+      ],
+    );
+    expect(turn).toMatchObject({ script: "fix it", turn: 0, content: "Reading." });
+    expect(scriptedTurn([SCRIPT], [{ role: "user", content: "nothing" }, user("(script: fix-it)")])).toBeUndefined();
+    expect(scriptedTurn([SCRIPT], [null, 7, { role: "system", content: "(script: fix-it)" }])).toBeUndefined();
+  });
+
+  it("says in text, with no tool calls, when the script has no more turns", async () => {
+    const answer = await client.chat.completions.create({ model: "m", messages: PAST_THE_END, tools: TOOLS });
     expect(answer.choices[0]!.finish_reason).toBe("stop");
     expect(answer.choices[0]!.message.content).toBe("(simulated agent: script fix it has no turn 2)");
+    expect(answer.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    const streamed = await client.chat.completions
+      .stream({ model: "m", messages: PAST_THE_END, tools: TOOLS })
+      .finalChatCompletion();
+    expect(streamed.choices[0]!.message.content).toBe("(simulated agent: script fix it has no turn 2)");
   });
 
-  it("answers as the ordinary simulator when no script matches, or when tools are off", async () => {
+  it("answers as the ordinary simulator when no script matches", async () => {
     const other = await client.chat.completions.create({ model: "m", messages: [user("something else")] });
-    expect(other.choices[0]!.message.content).toMatch(/^sim0 /);
+    expect(other.choices[0]!.message.content).toMatch(/^sim0 sim1 /);
+  });
+
+  it("calls no tool with tool_choice none", async () => {
     const none = await client.chat.completions.create({
       model: "m",
-      messages: [user("Please fix it (script: fix-it)")],
+      messages: FIRST,
       tools: TOOLS,
       tool_choice: "none",
     });
     expect(none.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    expect(none.choices[0]!.message.content).toMatch(/^sim0 /);
   });
 
-  it("loads a directory of scripts, and names a file that is not one", () => {
+  it("goes through the backend's faults like any answer", async () => {
+    await sim.backend("faulty").configure({ fault: { type: "errorEvent", afterTokens: 2 } });
+    try {
+      const stream = faulty.chat.completions.stream({ model: "m", messages: FIRST, tools: TOOLS });
+      await expect(stream.finalChatCompletion()).rejects.toThrow(/Internal error \(simulated\)/);
+      await sim.backend("faulty").configure({ fault: { type: "status", status: 502 } });
+      const whole = faulty.chat.completions.create({ model: "m", messages: FIRST, tools: TOOLS });
+      await expect(whole).rejects.toBeInstanceOf(APIError);
+      await expect(whole).rejects.toMatchObject({ status: 502 });
+    } finally {
+      await sim.backend("faulty").configure({ fault: { type: "none" } });
+    }
+  });
+
+  it("loads a directory's *.json scripts, and names a file that is not one", () => {
     const dir = mkdtempSync(join(tmpdir(), "agent-scripts-"));
     writeFileSync(join(dir, "a.json"), JSON.stringify(SCRIPT));
+    writeFileSync(join(dir, "notes.txt"), "not a script");
     expect(loadAgentScripts(dir)).toEqual([SCRIPT]);
     writeFileSync(join(dir, "b.json"), JSON.stringify({ name: "x", match: "y", turns: [{}] }));
-    expect(() => loadAgentScripts(dir)).toThrow(/b\.json is not an agent script/);
+    expect(() => loadAgentScripts(dir)).toThrow(/b\.json is not an agent script: turns\.0: a turn needs content/);
     writeFileSync(join(dir, "b.json"), "{");
     expect(() => loadAgentScripts(dir)).toThrow(/b\.json is not JSON/);
   });
 
-  it("takes new scripts at run time", async () => {
+  it("takes new scripts at run time through configure", async () => {
     await sim.backend("a").configure({ agentScripts: [{ ...SCRIPT, match: "(script: other)" }] });
-    const answer = await client.chat.completions.create({
-      model: "m",
-      messages: [user("Please (script: other)")],
-      tools: TOOLS,
-    });
-    expect(answer.choices[0]!.message.tool_calls![0]!.id).toBe("call_fix_it_0_0");
-    await sim.backend("a").configure({ agentScripts: [SCRIPT] });
+    try {
+      const answer = await client.chat.completions.create({
+        model: "m",
+        messages: [user("Please (script: other)")],
+        tools: TOOLS,
+      });
+      expect(answer.choices[0]!.message.tool_calls![0]!.id).toBe("call_fix_it_0_0");
+    } finally {
+      await sim.backend("a").configure({ agentScripts: [SCRIPT] });
+    }
+  });
+
+  it("replaces the scripts through PUT /backends/:id/agent-scripts, and refuses a bad one", async () => {
+    const put = (id: string, body: string) =>
+      fetch(`${sim.control}/backends/${id}/agent-scripts`, { method: "PUT", body });
+    const replacement: AgentScript = { name: "other", match: "(script: other)", turns: [{ content: "Hello." }] };
+    try {
+      const res = await put("a", JSON.stringify({ scripts: [replacement] }));
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { options: { agentScripts: unknown } }).options.agentScripts).toEqual([
+        replacement,
+      ]);
+      const matched = await client.chat.completions.create({ model: "m", messages: [user("(script: other)")] });
+      expect(matched.choices[0]!.message.content).toBe("Hello.");
+      const replaced = await client.chat.completions.create({ model: "m", messages: FIRST, tools: TOOLS });
+      // The simulator's own rule again: offered tools after a user message, it calls the first one.
+      expect(replaced.choices[0]!.message.tool_calls![0]!.id).toMatch(/^call_sim_/);
+
+      const bad = await put("a", JSON.stringify({ scripts: [{ name: "x", match: "y", turns: [] }] }));
+      expect(bad.status).toBe(400);
+      expect(await bad.json()).toMatchObject({ error: { message: expect.stringMatching(/^scripts\.0\.turns/) } });
+      expect((await put("a", "{")).status).toBe(400);
+      expect((await put("nobody", JSON.stringify({ scripts: [] }))).status).toBe(404);
+      expect(sim.backend("a").options().agentScripts).toEqual([replacement]);
+    } finally {
+      await put("a", JSON.stringify({ scripts: [SCRIPT] }));
+    }
   });
 
   it("ships scripts that all load", () => {
