@@ -1,4 +1,5 @@
 /** `npm run bench`: every benchmark at its full size, one after another. */
+import { reportAgentBench, runAgentBench } from "./agents.js";
 import { report, runAuthCacheBench } from "./auth-cache.js";
 import { reportCliStartup, runCliStartup } from "./cli-startup.js";
 import { reportEditSearchable, runEditSearchable } from "./edit-searchable.js";
@@ -28,3 +29,5 @@ console.log();
 console.log(reportCliStartup(await runCliStartup(Number(process.env.BENCH_CLI_RUNS ?? 20))));
 console.log();
 console.log(reportEmbedderColdStart(await runEmbedderColdStart(Number(process.env.BENCH_COLD_RUNS ?? 10))));
+console.log();
+console.log(reportAgentBench(await runAgentBench()));

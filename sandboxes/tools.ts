@@ -5,13 +5,13 @@
  * the model reads (`{ ok: false, error: { code, message } }`), never a host error.
  */
 import { createHash } from "node:crypto";
-import vm from "node:vm";
 import { existsSync } from "node:fs";
 import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import type { SandboxLimits } from "../protocol/agents/sandbox.js";
 import { toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
 import type { RunResult, SandboxDriver } from "./drivers.js";
+import { GrepPool, ScanTimeout } from "./grep-pool.js";
 
 export interface ToolContext {
   tree: string;
@@ -145,12 +145,11 @@ async function listDir(ctx: ToolContext, a: { path?: string; depth: number }) {
 }
 
 const GREP_BUDGET_MS = 10_000;
-const SCAN = new vm.Script("hits = []; for (let i = 0; i < lines.length; i++) if (regex.test(lines[i])) hits.push(i);");
+let pool: GrepPool | undefined;
 
 async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignoreCase: boolean; maxResults: number }) {
-  let regex: RegExp;
   try {
-    regex = new RegExp(a.pattern, a.ignoreCase ? "i" : "");
+    new RegExp(a.pattern, a.ignoreCase ? "i" : "");
   } catch (err) {
     throw new ToolError("invalid_arguments", `The pattern is not a regular expression: ${(err as Error).message}`);
   }
@@ -160,42 +159,29 @@ async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignor
     if (!isDir) files.push(rel);
     return files.length < 20_000;
   });
-  const root = await realpath(ctx.tree);
-  const matches: { path: string; line: number; text: string }[] = [];
-  let bytes = 0;
-  let truncated = false;
-  // The host's event loop serves every sandbox: a pattern that backtracks without end is stopped.
+  // Scanned in a worker thread: the host's event loop serves every sandbox, and scans run side by side.
   const budgetMs = Math.min(ctx.limits.commandTimeoutMs, GREP_BUDGET_MS);
-  const deadline = performance.now() + budgetMs;
-  const scan = vm.createContext({ regex, lines: [] as string[], hits: [] as number[] });
-  for (const rel of files) {
-    // Symlinks are not searched: one could lead outside the tree.
-    const info = await lstat(join(root, rel)).catch(() => undefined);
-    if (!info?.isFile() || info.size > 4 * 2 ** 20) continue;
-    const bytesOf = await readFile(join(root, rel)).catch(() => undefined);
-    if (!bytesOf || isBinary(bytesOf) || bytesOf.length > 4 * 2 ** 20) continue;
-    const lines = bytesOf.toString("utf8").split("\n");
-    scan.lines = lines;
-    try {
-      SCAN.runInContext(scan, { timeout: Math.max(1, Math.round(deadline - performance.now())) });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ERR_SCRIPT_EXECUTION_TIMEOUT") throw err;
-      throw new ToolError(
-        "timeout",
-        `The pattern took over ${budgetMs} ms to run; simplify it (nested repetition backtracks).`,
-      );
-    }
-    for (const i of scan.hits as number[]) {
-      const text = lines[i]!.slice(0, 500);
-      bytes += text.length + rel.length + 16;
-      if (matches.length >= a.maxResults || bytes > ctx.limits.outputBytes) {
-        truncated = true;
-        return { matches, truncated };
-      }
-      matches.push({ path: rel, line: i + 1, text });
-    }
+  pool ??= new GrepPool();
+  try {
+    return await pool.scan(
+      {
+        root: await realpath(ctx.tree),
+        files,
+        pattern: a.pattern,
+        ignoreCase: a.ignoreCase,
+        maxResults: a.maxResults,
+        outputBytes: ctx.limits.outputBytes,
+        maxFileBytes: 4 * 2 ** 20,
+      },
+      budgetMs,
+    );
+  } catch (err) {
+    if (!(err instanceof ScanTimeout)) throw err;
+    throw new ToolError(
+      "timeout",
+      `The pattern took over ${budgetMs} ms to run; simplify it (nested repetition backtracks).`,
+    );
   }
-  return { matches, truncated };
 }
 
 async function write(ctx: ToolContext, file: string, content: string | Buffer): Promise<void> {

@@ -16,7 +16,7 @@ import { isErrorCode, PROBLEM_CONTENT_TYPE, ERROR_CODES, problemType } from "../
 import { listOf, Problem } from "../../protocol/schemas.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
-import { retryDelay, type HttpClient } from "./http.js";
+import { retryDelay, sleep, type HttpClient } from "./http.js";
 
 export { TaskDiff };
 export type TaskDiffResponse = z.infer<typeof TaskDiff>;
@@ -302,22 +302,6 @@ async function problemError(response: Response): Promise<APIError> {
     }
   }
   return APIError.from(response.status, problem, response.headers, `HTTP ${response.status}: ${text.slice(0, 200)}`);
-}
-
-/** Waits, or rejects with the signal's reason; its listener goes once the wait is over. */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 function describe(err: unknown): string {

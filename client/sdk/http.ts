@@ -166,7 +166,7 @@ export function backoff(attempt: number): number {
  * signal (`sextant watch`'s) sees a wait per retry, and listeners left behind pile up past Node's
  * warning threshold during an outage.
  */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => {

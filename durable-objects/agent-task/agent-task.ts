@@ -89,6 +89,8 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
   private key: CryptoKey | undefined;
   private readonly listeners = new Set<() => void>();
   private readonly host: LoopHost;
+  /** The conversation as far as this instance has unsealed it: messages are only ever appended. */
+  private readonly unsealed: ChatMessage[] = [];
 
   constructor(ctx: DurableObjectState, env: AgentTaskEnv) {
     super(ctx, env);
@@ -103,6 +105,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       end: (state, reason, data) => this.end(state, reason, data),
       notify: () => this.notify(),
       mustState: () => this.mustState(),
+      conversation: (key) => this.conversation(key),
     };
   }
 
@@ -130,6 +133,13 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     this.store.appendEvent(type, new Date().toISOString(), sealed);
   }
 
+  /** Only a turn reads it, and turns run one at a time (one alarm at a time). */
+  private async conversation(key: CryptoKey): Promise<ChatMessage[]> {
+    const fresh = this.store.messages(this.unsealed.length);
+    this.unsealed.push(...(await Promise.all(fresh.map((m) => unseal<ChatMessage>(key, m)))));
+    return [...this.unsealed];
+  }
+
   private notify(): void {
     for (const listener of this.listeners) listener();
   }
@@ -146,7 +156,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     const limits = TaskLimits.parse(input.limits);
     const info = await this.sandbox(input.id).create({
       limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
-      idleTtlSeconds: Math.max(SANDBOX_IDLE_TTL_SECONDS, limits.wallSeconds + 600),
+      idleTtlSeconds: Math.min(86_400, Math.max(SANDBOX_IDLE_TTL_SECONDS, limits.wallSeconds + 600)),
     });
     this.key = await importDataKey(info.dataKey);
     const now = new Date().toISOString();

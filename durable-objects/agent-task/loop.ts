@@ -25,6 +25,8 @@ export interface LoopHost {
   end(state: TaskState, reason: EndReason, data: Record<string, unknown>): Promise<void>;
   notify(): void;
   mustState(): TaskState;
+  /** The conversation so far, unsealed (what this instance already unsealed is kept in memory). */
+  conversation(key: CryptoKey): Promise<ChatMessage[]>;
 }
 
 export async function runTurn(host: LoopHost, initial: TaskState): Promise<void> {
@@ -137,7 +139,7 @@ async function recordResult(
 async function ask(host: LoopHost, state: TaskState, key: CryptoKey): Promise<boolean> {
   const followUps = host.store.takeFollowUps();
   for (const sealed of followUps) host.store.appendMessage(new Uint8Array(sealed));
-  const messages = await Promise.all(host.store.messages().map((m) => unseal<ChatMessage>(key, m)));
+  const messages = await host.conversation(key);
   const prompt = promptTokens(messages);
   const info = await host.sandbox(state.id).info();
   state.usage.sandboxSeconds = info.commandSeconds;

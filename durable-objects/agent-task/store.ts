@@ -88,9 +88,10 @@ export class TaskStore {
     this.sql.exec("INSERT INTO messages (sealed) VALUES (?)", sealed);
   }
 
-  messages(): ArrayBuffer[] {
+  /** The conversation's sealed messages after the first `skip`, in order. */
+  messages(skip = 0): ArrayBuffer[] {
     return this.sql
-      .exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM messages ORDER BY seq")
+      .exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM messages ORDER BY seq LIMIT -1 OFFSET ?", skip)
       .toArray()
       .map((r) => r.sealed);
   }

@@ -4,6 +4,7 @@
  * The scripts are set on the simulated backends `npm start` runs, through the simulator's control API.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rng } from "../../bench/code-fixture.js";
 import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
 import { Task, TaskEvent, type TaskLimits } from "../../protocol/agents/task.js";
 import { startAgentStack, type AgentStack } from "../support/agent-stack.js";
@@ -11,18 +12,6 @@ import { savedLocalEdge } from "../support/local-edge.js";
 
 const RUNS = 200;
 const AT_ONCE = 8;
-
-/** mulberry32: the runs are the same every time. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Run {
   script: AgentScript;
@@ -65,7 +54,8 @@ function randomRun(i: number, random: () => number): Run {
 
 let stack: AgentStack;
 let key: string;
-const random = prng(27);
+// Seeded: the runs are the same every time.
+const random = rng(27).next;
 const runs = Array.from({ length: RUNS }, (_, i) => randomRun(i, random));
 
 beforeAll(async () => {

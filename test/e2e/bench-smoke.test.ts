@@ -4,6 +4,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { reportAgentBench, runAgentBench } from "../../bench/agents.js";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { rng } from "../../bench/code-fixture.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
@@ -465,4 +466,16 @@ describe("CLI start-up benchmark (smoke)", () => {
     expect(report).toMatch(/version: [\d.]+ ms CPU \(goal ≤ 150\), -?[\d.]+ ms over `node -e 0`/);
     expect(report).toMatch(/search overhead over the HTTP call: -?[\d.]+ ms CPU \(goal ≤ 250\), -?[\d.]+ ms wall/);
   }, 180_000);
+
+  it("agents measures the start to a first command, calls' round trips, parallel reads and tab beside agents", async () => {
+    const result = await runAgentBench({ starts: 2, turns: 3, flood: 2, floodSeconds: 1 });
+    expect(result.startToCommandMs).toHaveLength(2);
+    expect(result.roundTripMs.length).toBeGreaterThanOrEqual(3);
+    expect(result.parallel.together).toHaveLength(5);
+    expect(result.tab.aloneTtftMs.length).toBeGreaterThan(0);
+    const report = reportAgentBench(result);
+    expect(report).toMatch(/start to first command: p50 [\d.]+ ms/);
+    expect(report).toMatch(/four greps in one turn vs the slowest alone: .*median [\d.]+x/);
+    expect(report).toMatch(/tab p95 time to first token: [\d.]+ ms alone .*: [\d.]+x/);
+  }, 240_000);
 });
