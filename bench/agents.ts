@@ -9,6 +9,7 @@
  *   object records them (sandbox host, sealing and storage included), over a task of `turns` reads;
  * - parallel reads: a turn of four `grep`s over 2,000 files against the slowest of the same four run
  *   one per turn (target: at most 1.3x);
+ * - wall time: how long after its deadline a task whose command outlives it ends (target: within 1 s);
  * - flood: tab completions' p95 time to first token alone, then with `flood` agent tasks running at
  *   once on the same simulated endpoints in the `background` class (target: at most 1.2x).
  *
@@ -37,6 +38,8 @@ export interface AgentBenchResult {
   roundTripMs: number[];
   parallel: { together: number[]; alone: number[][] };
   tab: { aloneTtftMs: number[]; floodedTtftMs: number[]; floodedErrors: number; agentTurns: number };
+  /** How long after its wall-time deadline each task over it had ended. */
+  pastDeadlineMs: number[];
 }
 
 const GREPS = ["alpha", "beta", "gamma", "delta"].map((w) => ({ name: "grep", arguments: { pattern: `${w}[0-9]+x` } }));
@@ -73,6 +76,11 @@ function scripts(turns: number): AgentScript[] {
         ...Array.from({ length: 5 }, () => [{ toolCalls: GREPS }, ...GREPS.map((g) => ({ toolCalls: [g] }))]).flat(),
         { toolCalls: [{ name: "finish", arguments: { summary: "done" } }] },
       ],
+    },
+    {
+      name: "bench-sleeper",
+      match: "(agent bench sleeper)",
+      turns: [{ toolCalls: [{ name: "run_terminal", arguments: { command: "sleep 60", timeoutMs: 120_000 } }] }],
     },
     {
       name: "bench-flood",
@@ -182,6 +190,14 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
       alone.push(group.slice(4).map((c) => c.ms));
     }
 
+    const pastDeadlineMs: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const id = await startNow(tasks, "Go (agent bench sleeper)", { wallSeconds: 5, sandboxSeconds: 3600 });
+      await tasks.ended(id);
+      const task = Task.parse(await tasks.call("GET", `/v1/agents/tasks/${id}`));
+      pastDeadlineMs.push(Date.parse(task.endedAt!) - (Date.parse(task.startedAt!) + 5000));
+    }
+
     const openai = new OpenAI({ baseURL: `${stack.edge.baseURL}/v1`, apiKey: tasks.key, maxRetries: 0 });
     const tab = async (ms: number) => {
       const ttft: number[] = [];
@@ -222,6 +238,7 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
         floodedErrors: flooded.errors + alone0.errors,
         agentTurns: agentTurns.reduce((a, b) => a + b, 0),
       },
+      pastDeadlineMs,
     };
   } finally {
     await stack.edge.stop();
@@ -248,6 +265,7 @@ export function reportAgentBench(r: AgentBenchResult): string {
     `  start to first command: p50 ${fmt(median(r.startToCommandMs))} ms ${interval(r.startToCommandMs, 0.5)}, p95 ${fmt(p95(r.startToCommandMs))} ms over ${r.startToCommandMs.length} tasks (goal: p50 <= 1000 ms)`,
     `  tool-call round trip (read_file): p50 ${fmt(median(r.roundTripMs))} ms ${interval(r.roundTripMs, 0.5)}, p99 ${fmt(quantile(r.roundTripMs, 0.99))} ms ${interval(r.roundTripMs, 0.99)} over ${r.roundTripMs.length} calls`,
     `  four greps in one turn vs the slowest alone: ${ratios.map((x) => `${x.toFixed(2)}x`).join(", ")} (median ${median(ratios).toFixed(2)}x; target <= 1.3x); together ${r.parallel.together.map(fmt).join(", ")} ms`,
+    `  a task over its wall time ended ${r.pastDeadlineMs.map(fmt).join(", ")} ms after its deadline (target: within 1000 ms)`,
     `  tab p95 time to first token: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors`,
   ].join("\n");
 }

@@ -473,9 +473,11 @@ describe("CLI start-up benchmark (smoke)", () => {
     expect(result.roundTripMs.length).toBeGreaterThanOrEqual(3);
     expect(result.parallel.together).toHaveLength(5);
     expect(result.tab.aloneTtftMs.length).toBeGreaterThan(0);
+    expect(result.pastDeadlineMs).toHaveLength(3);
     const report = reportAgentBench(result);
     expect(report).toMatch(/start to first command: p50 [\d.]+ ms/);
     expect(report).toMatch(/four greps in one turn vs the slowest alone: .*median [\d.]+x/);
     expect(report).toMatch(/tab p95 time to first token: [\d.]+ ms alone .*: [\d.]+x/);
+    expect(report).toMatch(/a task over its wall time ended -?[\d.]+, -?[\d.]+, -?[\d.]+ ms after its deadline/);
   }, 240_000);
 });
