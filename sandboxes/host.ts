@@ -261,6 +261,15 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       await destroy(sandbox(id));
       return [204, undefined];
     }
+    if (what === "stop" && method === "POST") {
+      // The task was cancelled: its running commands are killed, its tree and records stay.
+      const s = sandbox(id);
+      const abort = s.abort;
+      s.abort = new AbortController();
+      abort.abort();
+      await Promise.allSettled(s.running.values());
+      return [204, undefined];
+    }
     if (what === "files" && method === "POST") return upload(sandbox(id), await body(req, maxBody));
     if (what === "diff" && method === "GET") {
       const s = sandbox(id);

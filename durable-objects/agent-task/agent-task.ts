@@ -236,6 +236,10 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     if (isTerminal(state.status)) return this.view(state);
     await this.dataKey(state).catch(() => undefined);
     await this.end(state, "cancelled", {});
+    // A command still running for the task is killed; the tree (and its diff) stays.
+    await this.sandbox(state.id)
+      .stop()
+      .catch(() => undefined);
     return this.view(this.mustState());
   }
 

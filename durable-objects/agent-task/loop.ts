@@ -125,6 +125,11 @@ async function recordResult(
   const event = await seal(key, { callId: id, tool: name, ...outcome });
   host.storage.transactionSync(() => {
     const state = host.mustState();
+    if (state.status !== "running") {
+      // The task ended (cancelled, or out of wall time) while the call ran: nothing follows its end.
+      host.store.completeCall(id);
+      return;
+    }
     state.usage.toolCalls++;
     state.usage.outputBytes += utf8Bytes(content);
     host.store.saveState(state);

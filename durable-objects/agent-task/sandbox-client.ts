@@ -90,6 +90,11 @@ export class SandboxClient {
     return DiffResponse.parse(await this.request("GET", `/${this.id}/diff`));
   }
 
+  /** Kills the sandbox's running commands; its tree and records stay. */
+  async stop(): Promise<void> {
+    await this.request("POST", `/${this.id}/stop`);
+  }
+
   async destroy(): Promise<void> {
     try {
       await this.request("DELETE", `/${this.id}`);

@@ -4,6 +4,10 @@
  * (bubblewrap per sandbox) or inside a Cloudflare Container; either way it answers this protocol, and
  * it never holds a model key or a Sextant key: it is called, it does not call out.
  *
+ * Routes: `POST /v1/sandboxes` (create), `GET`/`DELETE /v1/sandboxes/{id}`, `POST …/{id}/files`,
+ * `POST …/{id}/calls/{callId}`, `POST …/{id}/stop` (kills the running commands, keeps the tree), and
+ * `GET …/{id}/diff`.
+ *
  * Every request carries `Authorization: Bearer <SANDBOX_TOKEN>`. A call is identified by the task's
  * call id: the host runs each id once and answers a repeated id with the recorded outcome, so a task
  * object that resumes after a crash can re-send a call without a write or a command running twice.

@@ -139,6 +139,52 @@ describe("agent tasks through npm start", () => {
     expect(log.at(-1)!.data!.reason).toBe("wall_time");
   });
 
+  it("cancels a task in the middle of a command, and nothing of it follows the task's end", async () => {
+    const created = await api("POST", "/v1/agents/tasks", {
+      prompt: "Wait (agent task fixture sleeper).",
+      limits: { wallSeconds: 600, sandboxSeconds: 600 },
+      source: "empty",
+    });
+    const id = Task.parse(created.json).id;
+    for (let i = 0; i < 300; i++) {
+      const task = Task.parse((await api("GET", `/v1/agents/tasks/${id}`)).json);
+      if (task.usage.turns >= 1) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const cancelled = Task.parse((await api("POST", `/v1/agents/tasks/${id}/cancel`)).json);
+    expect([cancelled.status, cancelled.endReason]).toEqual(["cancelled", "cancelled"]);
+    const log = await events(id);
+    expect(log.map((e) => e.type)).toEqual([
+      "task.created",
+      "task.started",
+      "turn.started",
+      "assistant.message",
+      "tool.call",
+      "task.ended",
+    ]);
+    // The tree stays for review; a follow-up to a cancelled task is refused.
+    expect((await api("GET", `/v1/agents/tasks/${id}/diff`)).status).toBe(200);
+    const again = await api("POST", `/v1/agents/tasks/${id}/messages`, { content: "go on" });
+    expect([again.status, (again.json as { code: string }).code]).toEqual([409, "conflict"]);
+  });
+
+  it("takes a follow-up to a finished task, which runs again from where it ended", async () => {
+    const [fixture] = fixtures;
+    const { task } = await runFixture(fixture!);
+    expect(task.status).toBe("finished");
+    const followed = await api("POST", `/v1/agents/tasks/${task.id}/messages`, { content: "Anything else?" });
+    expect(Task.parse(followed.json).status).toBe("running");
+    const again = await ended(task.id);
+    expect(again.status).toBe("finished");
+    expect(again.usage.turns).toBe(task.usage.turns + 1);
+    const log = await events(task.id);
+    const after = log.slice(log.findIndex((e) => e.type === "task.ended") + 1);
+    expect(after.map((e) => e.type)).toEqual(["user.message", "turn.started", "assistant.message", "task.ended"]);
+    expect(after[0]!.data).toEqual({ content: "Anything else?" });
+    // The script has no fifth turn: the scripted model says so in text, which ends the task.
+    expect(after[2]!.data!.content).toMatch(/has no turn 4/);
+  });
+
   it("keeps none of the tasks' code, prompts or paths in storage or the edge's log", () => {
     const needles = fixtures.flatMap((f) => [
       f.prompt,

@@ -30,6 +30,30 @@ describe("sandboxes", () => {
     expect(again).toMatchObject({ status: 409, body: { code: "conflict" } });
   });
 
+  it("stops a sandbox's running command on request, keeping its tree and taking calls after", async () => {
+    expect((await host.request("POST", "/v1/sandboxes", { id: "stopping-1" })).status).toBe(201);
+    const running = host.request("POST", `/v1/sandboxes/stopping-1/calls/${callId()}`, {
+      tool: "run_terminal",
+      args: { command: "echo started > mark.txt; sleep 60", timeoutMs: 120_000 },
+    });
+    // Once the command has started, stop it.
+    await vi.waitFor(() => expect(existsSync(join(host.root, "stopping-1", "tree", "mark.txt"))).toBe(true), {
+      timeout: 30_000,
+      interval: 50,
+    });
+    expect((await host.request("POST", "/v1/sandboxes/stopping-1/stop")).status).toBe(204);
+    const outcome = CallResponse.parse((await running).body);
+    expect(outcome.ok).toBe(true);
+    expect((outcome as { result: { exitCode: number | null } }).result.exitCode).not.toBe(0);
+    const diff = await host.request("GET", "/v1/sandboxes/stopping-1/diff");
+    expect((diff.body as { diff: string }).diff).toContain("+++ b/mark.txt");
+    const after = await host.request("POST", `/v1/sandboxes/stopping-1/calls/${callId()}`, {
+      tool: "run_terminal",
+      args: { command: "echo again" },
+    });
+    expect((CallResponse.parse(after.body) as { result: { stdout: string } }).result.stdout).toBe("again\n");
+  });
+
   it("answers 404 for an unknown sandbox on every route", async () => {
     for (const [method, path] of [
       ["GET", "/v1/sandboxes/never-made"],
