@@ -7,6 +7,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative, sep } from "node:path";
 import { structuredPatch } from "diff";
+import { looksBinary } from "../protocol/binary.js";
 import type { DiffResponse } from "../protocol/agents/sandbox.js";
 
 const SKIPPED = new Set([".git", "node_modules"]);
@@ -25,7 +26,7 @@ async function files(root: string): Promise<Map<string, Buffer>> {
   return out;
 }
 
-const isBinary = (b: Buffer | undefined) => !!b && b.subarray(0, 8000).includes(0);
+const isBinary = (b: Buffer | undefined) => !!b && looksBinary(b);
 
 export async function treeDiff(base: string, tree: string): Promise<DiffResponse & { binary: string[] }> {
   const [before, after] = await Promise.all([files(base), files(tree)]);

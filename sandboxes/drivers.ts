@@ -11,6 +11,7 @@
  *   container is the isolation and holds one host's sandboxes, and for machines without bubblewrap.
  *   Commands can see the container's filesystem (read-only where permissions say so) and its network.
  */
+import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { SandboxLimits } from "../protocol/agents/sandbox.js";
@@ -146,3 +147,8 @@ export const directDriver: SandboxDriver = {
 };
 
 export const DRIVERS: Record<DriverName, SandboxDriver> = { bubblewrap: bubblewrapDriver, direct: directDriver };
+
+/** Whether bubblewrap can make a sandbox on this machine (installed, and namespaces allowed). */
+export function bubblewrapWorks(): boolean {
+  return spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "true"], { stdio: "ignore" }).status === 0;
+}

@@ -17,6 +17,8 @@ export interface ScanJob {
   maxResults: number;
   outputBytes: number;
   maxFileBytes: number;
+  /** A NUL in this many first bytes makes a file binary, and unsearched (BINARY_SNIFF_BYTES). */
+  sniffBytes: number;
 }
 
 export interface ScanResult {
@@ -48,7 +50,7 @@ parentPort.on("message", (job) => {
     } catch {
       continue;
     }
-    if (content.subarray(0, 8000).includes(0)) continue;
+    if (content.subarray(0, job.sniffBytes).includes(0)) continue;
     const lines = content.toString("utf8").split("\\n");
     for (let i = 0; i < lines.length; i++) {
       if (!regex.test(lines[i])) continue;

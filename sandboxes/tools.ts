@@ -9,6 +9,7 @@ import { existsSync } from "node:fs";
 import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import type { SandboxLimits } from "../protocol/agents/sandbox.js";
+import { BINARY_SNIFF_BYTES, looksBinary } from "../protocol/binary.js";
 import { toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
 import type { RunResult, SandboxDriver } from "./drivers.js";
 import { GrepPool, ScanTimeout } from "./grep-pool.js";
@@ -37,7 +38,6 @@ export class ToolError extends Error {
 
 const SKIPPED_DIRS = new Set([".git", "node_modules"]);
 const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
-const isBinary = (bytes: Buffer) => bytes.subarray(0, 8000).includes(0);
 
 /** The host path of a tree path, refused if it (or a symlink on the way) leads outside the tree. */
 export async function inside(tree: string, path: string): Promise<string> {
@@ -84,7 +84,7 @@ async function readText(ctx: ToolContext, path: string): Promise<{ file: string;
 
 async function readFileTool(ctx: ToolContext, a: { path: string; startLine?: number; endLine?: number }) {
   const { bytes } = await readText(ctx, a.path);
-  if (isBinary(bytes)) throw new ToolError("binary", `${a.path} is a binary file.`);
+  if (looksBinary(bytes)) throw new ToolError("binary", `${a.path} is a binary file.`);
   const text = bytes.toString("utf8");
   // Where each line starts: line n is text.slice(starts[n - 1], starts[n]), its newline included.
   const starts = [0];
@@ -172,6 +172,7 @@ async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignor
         maxResults: a.maxResults,
         outputBytes: ctx.limits.outputBytes,
         maxFileBytes: 4 * 2 ** 20,
+        sniffBytes: BINARY_SNIFF_BYTES,
       },
       budgetMs,
     );

@@ -4,11 +4,11 @@
  * `direct` driver, without namespaces, where it cannot, said on the console). Sandboxes live under
  * the edge's state directory and go with the process.
  */
-import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { bubblewrapWorks } from "../sandboxes/drivers.js";
 import { startSandboxHost } from "../sandboxes/host.js";
 
 export interface LocalSandboxHost {
@@ -17,12 +17,6 @@ export interface LocalSandboxHost {
   /** The edge's `--var`s that point it at this host. */
   vars: string[];
   stop(): Promise<void>;
-}
-
-/** Whether bubblewrap can make a sandbox here (installed, and namespaces allowed). */
-export function bubblewrapWorks(): boolean {
-  const probe = spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "true"], { stdio: "ignore" });
-  return probe.status === 0;
 }
 
 export async function startLocalSandboxHost(): Promise<LocalSandboxHost> {

@@ -4,7 +4,7 @@
  * model (`train/trainer.ts`), scores every epoch on the dev eval's codebases offline, and writes
  * `weights.bin`, `vocab.txt` and `MODEL_CARD.md` to `protocol/embedder/model/`.
  *
- *   npm run train:embedder -- [--workdir <dir>] [--pairs <pairs.jsonl>] [--out <dir>] [--epochs N]
+ *   npm run train:embedder -- [--workdir <dir>] [--pairs <pairs.jsonl>] [--out <dir>] [--epochs N] [--dims N]
  *                             [--limit-packages N]
  */
 import { createHash } from "node:crypto";
@@ -23,6 +23,7 @@ const { values: args } = parseArgs({
     pairs: { type: "string" },
     out: { type: "string", default: "protocol/embedder/model" },
     epochs: { type: "string" },
+    dims: { type: "string" },
     "limit-packages": { type: "string" },
   },
 });
@@ -59,6 +60,7 @@ async function main(): Promise<void> {
   const settings: TrainSettings = {
     ...DEFAULT_SETTINGS,
     ...(args.epochs ? { epochs: Number(args.epochs) } : {}),
+    ...(args.dims ? { dims: Number(args.dims) } : {}),
   };
   const trainStarted = Date.now();
   let lastLog = 0;

@@ -6,6 +6,7 @@
  */
 import { lstat, readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { looksBinary } from "../../protocol/binary.js";
 import type { UploadTaskFilesRequest } from "../../protocol/agents/task.js";
 import { TreePath } from "../../protocol/agents/tools.js";
 import { findSecrets, redact } from "../index/secrets.js";
@@ -162,7 +163,7 @@ async function read(
     return (err as NodeJS.ErrnoException).code === "ENOENT" ? "vanished" : "unreadable";
   }
   let secrets = 0;
-  if (!content.subarray(0, 8000).includes(0)) {
+  if (!looksBinary(content)) {
     const text = content.toString("utf8");
     const found = await findSecrets(path, text);
     if (found.length > 0) {

@@ -12,11 +12,11 @@ import {
   type EventType,
   type UploadTaskFilesRequest,
 } from "../../protocol/agents/task.js";
-import { isErrorCode, PROBLEM_CONTENT_TYPE, ERROR_CODES, problemType } from "../../protocol/errors.js";
+import { isErrorCode, ERROR_CODES, problemType } from "../../protocol/errors.js";
 import { listOf, Problem } from "../../protocol/schemas.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
-import { retryDelay, sleep, type HttpClient } from "./http.js";
+import { retryDelay, sleep, toApiError, type HttpClient } from "./http.js";
 
 export { TaskDiff };
 export type TaskDiffResponse = z.infer<typeof TaskDiff>;
@@ -141,7 +141,7 @@ export class Agents {
       try {
         const response = await this.#open(id, last, connection);
         if (!response.ok) {
-          const error = await problemError(response);
+          const error = await toApiError(response);
           if (!RETRYABLE.has(response.status)) throw error;
           failure = error;
           wait = retryDelay(response.headers, failures);
@@ -288,20 +288,6 @@ function streamError(data: string): APIError {
     ...(parsed?.detail ? { detail: parsed.detail } : {}),
   };
   return APIError.from(status, problem, new Headers(), title);
-}
-
-async function problemError(response: Response): Promise<APIError> {
-  const text = await response.text().catch(() => "");
-  let problem: Problem | undefined;
-  const type = response.headers.get("Content-Type") ?? "";
-  if (type.startsWith(PROBLEM_CONTENT_TYPE) || type.startsWith("application/json")) {
-    try {
-      problem = Problem.safeParse(JSON.parse(text)).data;
-    } catch {
-      problem = undefined;
-    }
-  }
-  return APIError.from(response.status, problem, response.headers, `HTTP ${response.status}: ${text.slice(0, 200)}`);
 }
 
 function describe(err: unknown): string {

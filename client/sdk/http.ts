@@ -122,7 +122,8 @@ export class HttpClient {
   }
 }
 
-async function toApiError(response: Response): Promise<APIError> {
+/** A non-2xx response as the typed error its status and problem document say. */
+export async function toApiError(response: Response): Promise<APIError> {
   const text = await response.text().catch(() => "");
   let problem: Problem | undefined;
   const type = response.headers.get("Content-Type") ?? "";

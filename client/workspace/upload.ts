@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { looksBinary } from "../../protocol/binary.js";
 import {
   Language,
   MAX_FILE_BYTES,
@@ -67,7 +68,7 @@ export async function prepareUpload(
     return { upsert, withheld: 0, bytes: jsonBytes(upsert) };
   }
   const hash = secret.contentHash(content);
-  const binary = content.subarray(0, 8000).includes(0);
+  const binary = looksBinary(content);
   const text = binary ? "" : content.toString("utf8");
   const secrets = text ? await findSecrets(entry.plain, text) : [];
   const chunks = uploadable(await chunkFile(entry.plain, redact(text, secrets))).map((chunk) => ({

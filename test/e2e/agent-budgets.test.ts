@@ -6,9 +6,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rng } from "../../bench/code-fixture.js";
 import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
-import { Task, TaskEvent, type TaskLimits } from "../../protocol/agents/task.js";
-import { startAgentStack, type AgentStack } from "../support/agent-stack.js";
-import { savedLocalEdge } from "../support/local-edge.js";
+import type { Task, TaskEvent, TaskLimits } from "../../protocol/agents/task.js";
+import {
+  setAgentScripts,
+  startAgentStack,
+  startTask,
+  taskEnded,
+  taskEvents,
+  type AgentStack,
+} from "../support/agent-stack.js";
 
 const RUNS = 200;
 const AT_ONCE = 8;
@@ -53,61 +59,27 @@ function randomRun(i: number, random: () => number): Run {
 }
 
 let stack: AgentStack;
-let key: string;
 // Seeded: the runs are the same every time.
 const random = rng(27).next;
 const runs = Array.from({ length: RUNS }, (_, i) => randomRun(i, random));
 
 beforeAll(async () => {
   stack = await startAgentStack();
-  key = savedLocalEdge(stack.edge).apiKey;
-  const control = /control: (http:\/\/[^)\s]+)\)/.exec(stack.edge.output())?.[1];
-  if (!control) throw new Error("npm start did not say where its simulator's control API is");
-  for (const backend of ["sim-us-east", "sim-eu-west"]) {
-    const response = await fetch(`${control}/backends/${backend}`, {
-      method: "PATCH",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ agentScripts: runs.map((r) => r.script) }),
-    });
-    expect(response.status, await response.text()).toBe(200);
-  }
+  await setAgentScripts(
+    stack.edge,
+    runs.map((r) => r.script),
+  );
 });
 afterAll(async () => {
   await stack?.edge.stop();
 });
 
-async function call(method: string, path: string, body?: unknown): Promise<unknown> {
-  const response = await fetch(`${stack.edge.baseURL}${path}`, {
-    method,
-    headers: { Authorization: `Bearer ${key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text);
-}
+const README = [{ path: "README.md", content: Buffer.from("# Budgets\n\nA line with a in it.\n").toString("base64") }];
 
 async function runTask(i: number): Promise<{ task: Task; events: TaskEvent[] }> {
-  const { limits } = runs[i]!;
-  const created = Task.parse(await call("POST", "/v1/agents/tasks", { prompt: `Go (agent budget run ${i})`, limits }));
-  const readme = Buffer.from("# Budgets\n\nA line with a in it.\n").toString("base64");
-  await call("POST", `/v1/agents/tasks/${created.id}/files`, { files: [{ path: "README.md", content: readme }] });
-  await call("POST", `/v1/agents/tasks/${created.id}/start`);
-  for (let poll = 0; poll < 1200; poll++) {
-    const task = Task.parse(await call("GET", `/v1/agents/tasks/${created.id}`));
-    if (task.status !== "running") {
-      const response = await fetch(`${stack.edge.baseURL}/v1/agents/tasks/${created.id}/events`, {
-        headers: { Authorization: `Bearer ${key}` },
-      });
-      const events = (await response.text())
-        .split("\n")
-        .filter((l) => l.startsWith("data: "))
-        .map((l) => TaskEvent.parse(JSON.parse(l.slice(6))));
-      return { task, events };
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`run ${i} did not end`);
+  const id = await startTask(stack.sdk, `Go (agent budget run ${i})`, README, runs[i]!.limits);
+  const task = await taskEnded(stack.sdk, id);
+  return { task, events: await taskEvents(stack.sdk, id) };
 }
 
 describe("agent task budgets", () => {

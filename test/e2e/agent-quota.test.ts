@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Task } from "../../protocol/agents/task.js";
-import { startAgentStack, type AgentStack } from "../support/agent-stack.js";
+import { rawCall, startAgentStack, type AgentStack } from "../support/agent-stack.js";
 import { savedLocalEdge } from "../support/local-edge.js";
 
 let stack: AgentStack;
@@ -20,18 +20,7 @@ afterAll(async () => {
   await stack?.edge.stop();
 });
 
-async function api(method: string, path: string, body?: unknown) {
-  const response = await fetch(`${stack.edge.baseURL}${path}`, {
-    method,
-    headers: { Authorization: `Bearer ${key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-  });
-  return {
-    status: response.status,
-    retryAfter: response.headers.get("retry-after"),
-    json: (await response.json()) as never,
-  };
-}
+const api = (method: string, path: string, body?: unknown) => rawCall(stack.edge, key, method, path, body);
 
 const create = (sandboxSeconds: number) =>
   api("POST", "/v1/agents/tasks", { prompt: "x (agent task fixture none)", limits: { sandboxSeconds } });

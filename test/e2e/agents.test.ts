@@ -12,7 +12,11 @@ import {
   agentFixtures,
   copyOfRepo,
   filesOf,
+  rawCall,
   startAgentStack,
+  startTask,
+  taskEnded,
+  taskEvents,
   type AgentFixture,
   type AgentStack,
 } from "../support/agent-stack.js";
@@ -30,57 +34,17 @@ afterAll(async () => {
   await stack?.edge.stop();
 });
 
-async function api(method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
-  const response = await fetch(`${stack.edge.baseURL}${path}`, {
-    method,
-    headers: {
-      Authorization: `Bearer ${key}`,
-      ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
-      ...headers,
-    },
-    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
-  });
-  const text = await response.text();
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = text;
-  }
-  return { status: response.status, type: response.headers.get("content-type") ?? "", json: json as never };
-}
+const api = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  rawCall(stack.edge, key, method, path, body, headers);
+const ended = (id: string) => taskEnded(stack.sdk, id);
+const events = (id: string) => taskEvents(stack.sdk, id);
 
-/** Polls until the task has ended (the bound only keeps a broken run from hanging the suite). */
-async function ended(id: string): Promise<Task> {
-  for (let i = 0; i < 600; i++) {
-    const { json } = await api("GET", `/v1/agents/tasks/${id}`);
-    const task = Task.parse(json);
-    if (["finished", "failed", "cancelled"].includes(task.status)) return task;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`task ${id} did not end`);
-}
-
-async function events(id: string, after = 0): Promise<TaskEvent[]> {
-  const response = await fetch(`${stack.edge.baseURL}/v1/agents/tasks/${id}/events`, {
-    headers: { Authorization: `Bearer ${key}`, "Last-Event-ID": String(after) },
-  });
-  expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
-  const text = await response.text();
-  return text
-    .split("\n\n")
-    .map((block) => block.split("\n").find((line) => line.startsWith("data: ")))
-    .filter((line): line is string => !!line)
-    .map((line) => TaskEvent.parse(JSON.parse(line.slice(6))));
-}
+/** Every task the suite ran, so the storage scan can check it looked where they are kept. */
+const taskIds: string[] = [];
 
 async function runFixture(fixture: AgentFixture): Promise<{ task: Task; events: TaskEvent[] }> {
-  const created = await api("POST", "/v1/agents/tasks", { prompt: fixture.prompt });
-  expect(created.status).toBe(201);
-  const id = Task.parse(created.json).id;
-  const upload = await api("POST", `/v1/agents/tasks/${id}/files`, { files: filesOf(fixture.repo) });
-  expect(upload.status).toBe(200);
-  expect((await api("POST", `/v1/agents/tasks/${id}/start`)).status).toBe(200);
+  const id = await startTask(stack.sdk, fixture.prompt, filesOf(fixture.repo));
+  taskIds.push(id);
   const task = await ended(id);
   return { task, events: await events(id) };
 }
@@ -199,7 +163,14 @@ describe("agent tasks through npm start", () => {
       ),
     ]);
     expect(needles.length).toBeGreaterThan(40);
-    expect(scanDirectoryFor(join(stack.edge.persistTo, "v3"), [...new Set(needles)])).toEqual([]);
+    const storage = join(stack.edge.persistTo, "v3");
+    // The scan reads where the tasks are kept: their ids (not secret) are found there, in D1 and in
+    // the task objects' own storage.
+    expect(taskIds.length).toBeGreaterThanOrEqual(10);
+    const found = scanDirectoryFor(storage, [taskIds[0]!]);
+    expect(found.some((hit) => hit.includes("/d1/"))).toBe(true);
+    expect(found.some((hit) => hit.includes("/do/"))).toBe(true);
+    expect(scanDirectoryFor(storage, [...new Set(needles)])).toEqual([]);
     const log = stack.edge.output();
     expect(needles.filter((n) => log.includes(n))).toEqual([]);
   });

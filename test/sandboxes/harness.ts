@@ -2,7 +2,7 @@
  * A sandbox host of a test's own (in this process, on a free port, under a temp root) and a small
  * client for its protocol that returns status and body as they came, errors included.
  */
-import { spawnSync } from "node:child_process";
+import { bubblewrapWorks } from "../../sandboxes/drivers.js";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,8 +13,7 @@ import { startSandboxHost, type SandboxHostOptions } from "../../sandboxes/host.
 export const TOKEN = "test-token-0123456789abcdef";
 
 /** Whether bubblewrap can make a sandbox here (installed, and namespaces allowed); checked once. */
-export const bwrapRuns =
-  spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "true"], { stdio: "ignore" }).status === 0;
+export const bwrapRuns = bubblewrapWorks();
 
 export interface TestHost {
   url: string;

@@ -6,9 +6,11 @@
 import { cpSync, mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { bubblewrapWorks } from "../../scripts/local-sandbox.js";
+import { bubblewrapWorks } from "../../sandboxes/drivers.js";
 import { startSandboxHost } from "../../sandboxes/host.js";
 import { Sextant } from "../../client/sdk/client.js";
+import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
+import { isTerminal, type Task, type TaskEvent, type TaskLimits } from "../../protocol/agents/task.js";
 import { ROOT, savedLocalEdge, sextant, startLocalEdge, type CliResult, type LocalEdge } from "./local-edge.js";
 
 export const AGENT_FIXTURES = join(ROOT, "test/fixtures/agent-tasks");
@@ -107,4 +109,92 @@ export async function startAgentStack(
   const sdk = new Sextant({ apiKey: savedLocalEdge(edge).apiKey, baseURL: edge.baseURL, maxRetries: 0 });
   const env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
   return { edge, sdk, env, cli: (args) => sextant(args, env) };
+}
+
+/** Creates a task, uploads `files` and starts it; its id. */
+export async function startTask(
+  sdk: Sextant,
+  prompt: string,
+  files: { path: string; content: string }[],
+  limits: Partial<TaskLimits> = {},
+): Promise<string> {
+  const { id } = await sdk.agents.create({ prompt, limits });
+  await sdk.agents.uploadFiles(id, files);
+  await sdk.agents.start(id);
+  return id;
+}
+
+/**
+ * Polls until the task has ended, or until `done` says so of it (the bound only keeps a broken run
+ * from hanging a suite).
+ */
+export async function taskEnded(
+  sdk: Sextant,
+  id: string,
+  done: (task: Task) => boolean = (task) => isTerminal(task.status),
+): Promise<Task> {
+  for (let i = 0; i < 3000; i++) {
+    const task = await sdk.agents.get(id);
+    if (done(task) || isTerminal(task.status)) return task;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`task ${id} did not end`);
+}
+
+/** An ended task's whole event log, as the SDK reads the stream. */
+export async function taskEvents(sdk: Sextant, id: string): Promise<TaskEvent[]> {
+  const events: TaskEvent[] = [];
+  for await (const event of sdk.agents.events(id)) events.push(event);
+  return events;
+}
+
+/**
+ * A request to the edge as it comes back, status and body, for tests of what the API answers
+ * (the SDK would turn a problem into an exception).
+ */
+export async function rawCall(
+  edge: LocalEdge,
+  token: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; type: string; retryAfter: string | null; json: never }> {
+  const response = await fetch(`${edge.baseURL}${path}`, {
+    method,
+    headers: {
+      Authorization: `Bearer ${token}`,
+      ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      ...headers,
+    },
+    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
+  });
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return {
+    status: response.status,
+    type: response.headers.get("content-type") ?? "",
+    retryAfter: response.headers.get("retry-after"),
+    json: json as never,
+  };
+}
+
+/** Replaces the scripted agent model's scripts on every simulated backend `npm start` runs. */
+export async function setAgentScripts(edge: LocalEdge, scripts: AgentScript[]): Promise<void> {
+  const control = /control: (http:\/\/[^)\s]+)\)/.exec(edge.output())?.[1];
+  if (!control) throw new Error("npm start did not say where its simulator's control API is");
+  const { backends } = (await (await fetch(`${control}/backends`)).json()) as { backends: { id: string }[] };
+  for (const { id } of backends) {
+    const response = await fetch(`${control}/backends/${id}/agent-scripts`, {
+      method: "PUT",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ scripts }),
+    });
+    if (!response.ok) throw new Error(`setting ${id}'s scripts: ${response.status} ${await response.text()}`);
+  }
 }

@@ -20,6 +20,7 @@ import {
 import { newId } from "../../protocol/ids.js";
 import type { TaskResult } from "../../durable-objects/agent-task/agent-task.js";
 import type { AppEnv } from "../app-env.js";
+import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
 import { agentTasks } from "../db/schema.js";
 import { limit } from "../limits/enforce.js";
@@ -91,7 +92,10 @@ export const agents = new Hono<AppEnv>()
   .post("/", async (c) => {
     const body = await jsonBody(c, CreateTaskRequest);
     const settings = AgentSettings.safeParse(c.env);
-    if (!settings.success) throw new Error(`Invalid agent settings: ${settings.error.issues[0]?.message}`);
+    if (!settings.success)
+      throw new ConfigError(
+        `Invalid agent settings: ${settings.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+      );
     if (!settings.data.SANDBOX_URL || !settings.data.SANDBOX_TOKEN)
       throw new ApiError(
         "unavailable",
