@@ -19,7 +19,7 @@ import {
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
-import { freePort, ROOT, savedLocalEdge } from "../support/local-edge.js";
+import { ROOT, savedLocalEdge } from "../support/local-edge.js";
 
 const PROMPT = "Take nine steps (agent task fixture ten-turns).";
 const REPO = join(ROOT, "test/fixtures/agent-durability/repo");
@@ -73,10 +73,11 @@ describe("a ten-turn task interrupted at every turn boundary", () => {
   });
 
   it("ends with the same diff when the edge stops and starts again after every turn", async () => {
-    const port = await freePort();
     const persistTo = mkdtempSync(join(tmpdir(), "sextant-state-"));
     const configDir = mkdtempSync(join(tmpdir(), "sextant-config-"));
-    let stack = await startAgentStack({ host, port, persistTo, configDir });
+    let stack = await startAgentStack({ host, persistTo, configDir });
+    // Restarts keep the first start's port: the task's events and the CLI's saved edge name it.
+    const port = Number(new URL(stack.edge.baseURL).port);
     try {
       const id = await start(stack);
       for (let turn = 1; turn < TURNS; turn++) {

@@ -143,10 +143,30 @@ export function edgeLogFile(name: string): string {
  * Runs `npm start`'s script exactly as a user would, on its own port, state and config directories;
  * with `dev`, `npm run dev`'s (the same under `wrangler dev`).
  */
-export async function startLocalEdge(
-  options: { port?: number; configDir?: string; persistTo?: string; vars?: Record<string, string>; dev?: boolean } = {},
-): Promise<LocalEdge> {
-  const port = options.port ?? (await freePort());
+export async function startLocalEdge(options: LocalEdgeOptions = {}): Promise<LocalEdge> {
+  // A port found free may be taken again before the edge binds it (by one of the simulated
+  // backends it starts first, or by another test file's process): then it starts on another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startLocalEdgeOnce({ ...options, port: options.port ?? (await freePort()) });
+    } catch (err) {
+      if (options.port !== undefined || attempt >= 3 || !(err instanceof PortTaken)) throw err;
+    }
+  }
+}
+
+interface LocalEdgeOptions {
+  port?: number;
+  configDir?: string;
+  persistTo?: string;
+  vars?: Record<string, string>;
+  dev?: boolean;
+}
+
+class PortTaken extends Error {}
+
+async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }): Promise<LocalEdge> {
+  const port = options.port;
   const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
   const persistTo = options.persistTo ?? mkdtempSync(join(tmpdir(), "sextant-state-"));
   let log = "";
@@ -203,7 +223,8 @@ export async function startLocalEdge(
   while (!head.includes("Sextant edge ready") && !log.includes("Sextant edge ready")) {
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();
-      throw new Error(`npm start did not become ready:\n${log}`);
+      const message = `npm start did not become ready:\n${log}`;
+      throw log.includes(`Address already in use (127.0.0.1:${port})`) ? new PortTaken(message) : new Error(message);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -339,7 +360,6 @@ export function restartableEdge() {
     },
     async start(vars: Record<string, string> = {}): Promise<void> {
       if (port === 0) {
-        port = await freePort();
         Object.assign(env, {
           SEXTANT_CONFIG_DIR: mkdtempSync(join(tmpdir(), "sextant-config-")),
           SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")),
@@ -347,7 +367,14 @@ export function restartableEdge() {
         });
       }
       await current?.stop();
-      current = await startLocalEdge({ port, configDir: env.SEXTANT_CONFIG_DIR, persistTo: env.PERSIST_TO, vars });
+      // The first start finds a port; restarts keep it, so the CLI's saved edge stays right.
+      current = await startLocalEdge({
+        port: port === 0 ? undefined : port,
+        configDir: env.SEXTANT_CONFIG_DIR,
+        persistTo: env.PERSIST_TO,
+        vars,
+      });
+      port = Number(new URL(current.baseURL).port);
     },
     stop: async () => current?.stop(),
     cli,
