@@ -9,7 +9,7 @@
 import { spawn } from "node:child_process";
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import { chmod, chown, lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
 import {
@@ -17,6 +17,7 @@ import {
   CallRequest,
   CreateSandboxRequest,
   SandboxId,
+  SearchPrepareRequest,
   UploadFilesRequest,
   type CallResponse,
   type SandboxInfo,
@@ -25,6 +26,8 @@ import {
 import { ToolOutcome } from "../protocol/agents/tools.js";
 import { treeDiff } from "./diff.js";
 import { DRIVERS, type SandboxDriver } from "./drivers.js";
+import { body, HttpError, parse, send } from "./http.js";
+import { OutsideTree, TaskIndex } from "./search.js";
 import { inside, runTool, ToolError } from "./tools.js";
 
 export interface SandboxHostOptions {
@@ -62,19 +65,11 @@ interface Sandbox {
   /** Aborted when the sandbox is destroyed: its running commands are killed. */
   abort: AbortController;
   destroyed: boolean;
+  /** The workspace codebase_search reads (its secret only ever in this process's memory). */
+  index: TaskIndex | undefined;
 }
 
 const RecordedCall = ToolOutcome.and(z.object({ durationMs: z.number() }));
-
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 /** The first unprivileged user id sandboxes run as (each its own, so the process cap is per sandbox). */
 const FIRST_UID = 200_000;
@@ -153,6 +148,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       running: new Map(),
       abort: new AbortController(),
       destroyed: false,
+      index: request.workspace && new TaskIndex(request.workspace),
     };
     sandboxes.set(s.id, s);
     await mkdir(dir, { mode: 0o711 });
@@ -222,6 +218,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
           driver,
           uid: s.uid,
           signal: s.abort.signal,
+          index: s.index,
           wrote: async (file) => ownPath(s, file.slice(s.tree.length + 1)),
           ran: (result) => {
             s.commandSeconds += result.durationMs / 1000;
@@ -275,6 +272,17 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       const s = sandbox(id);
       const { binary: _, ...diff } = await treeDiff(s.base, s.tree);
       return [200, diff];
+    }
+    if (what === "search" && method === "POST") {
+      const s = sandbox(id);
+      const args = parse(SearchPrepareRequest, await body(req, maxBody));
+      if (!s.index) throw new HttpError(409, "conflict", "This sandbox's task came without an index.");
+      try {
+        return [200, s.index.prepare(args)];
+      } catch (err) {
+        if (err instanceof OutsideTree) throw new HttpError(400, "invalid_request", err.message);
+        throw err;
+      }
     }
     if (what === "calls" && callId && method === "POST") {
       if (!CallId.safeParse(callId).success)
@@ -347,41 +355,4 @@ async function usage(tree: string): Promise<{ files: number; bytes: number }> {
   };
   await walk(tree);
   return { files, bytes };
-}
-
-function send(res: ServerResponse, status: number, json: unknown): void {
-  if (status === 204 || json === undefined) {
-    res.writeHead(status).end();
-    return;
-  }
-  const text = JSON.stringify(json);
-  res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(text) }).end(text);
-}
-
-function parse<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
-  const parsed = schema.safeParse(body);
-  if (!parsed.success)
-    throw new HttpError(
-      400,
-      "invalid_request",
-      parsed.error.issues.map((i) => `${i.path.join(".") || "body"}: ${i.message}`).join("; "),
-    );
-  return parsed.data;
-}
-
-async function body(req: IncomingMessage, max: number): Promise<unknown> {
-  const declared = Number(req.headers["content-length"] ?? 0);
-  if (declared > max) throw new HttpError(413, "payload_too_large", `The body is over ${max} bytes.`);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > max) throw new HttpError(413, "payload_too_large", `The body is over ${max} bytes.`);
-    chunks.push(chunk as Buffer);
-  }
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  } catch {
-    throw new HttpError(400, "invalid_request", "The body is not JSON.");
-  }
 }

@@ -5,14 +5,16 @@
  * the model reads (`{ ok: false, error: { code, message } }`), never a host error.
  */
 import { createHash } from "node:crypto";
+import type { z } from "zod";
 import { existsSync } from "node:fs";
 import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
-import type { SandboxLimits } from "../protocol/agents/sandbox.js";
+import { CodebaseSearchCall, type SandboxLimits } from "../protocol/agents/sandbox.js";
 import { BINARY_SNIFF_BYTES, looksBinary } from "../protocol/binary.js";
 import { toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
 import type { RunResult, SandboxDriver } from "./drivers.js";
 import { GrepPool, ScanTimeout } from "./grep-pool.js";
+import type { TaskIndex } from "./search.js";
 
 export interface ToolContext {
   tree: string;
@@ -25,6 +27,8 @@ export interface ToolContext {
   wrote(path: string): Promise<void>;
   /** Called with each command's result, so the host can count the sandbox's command time. */
   ran(result: RunResult): void;
+  /** The index codebase_search reads, when the task came with one. */
+  index?: TaskIndex | undefined;
 }
 
 export class ToolError extends Error {
@@ -294,6 +298,11 @@ const RUNNERS: Record<string, (ctx: ToolContext, args: never) => Promise<unknown
   delete_file: deleteFile,
   run_terminal: runTerminal,
   read_lints: readLints,
+  codebase_search: async (ctx, args: z.output<typeof CodebaseSearchCall>) => {
+    if (!ctx.index)
+      throw new ToolError("not_indexed", "This task's code came without an index: use grep and list_dir instead.");
+    return ctx.index.resolve(async (path) => readFile(await inside(ctx.tree, path), "utf8"), args);
+  },
 };
 
 /** Runs one tool call: its arguments checked against the tool's schema, its failure a result. */
@@ -302,7 +311,8 @@ export async function runTool(ctx: ToolContext, name: string, args: unknown): Pr
   const runner = RUNNERS[name];
   if (!tool || !runner)
     return { ok: false, error: { code: "unknown_tool", message: `The host runs no tool named ${name}.` } };
-  const parsed = tool.args.safeParse(args);
+  // codebase_search arrives with the edge's answer beside the model's arguments (protocol/agents/sandbox.ts).
+  const parsed = (name === "codebase_search" ? CodebaseSearchCall : tool.args).safeParse(args);
   if (!parsed.success)
     return {
       ok: false,

@@ -18,6 +18,7 @@ import {
   type EventType,
   type Task,
   type TaskEvent,
+  type TaskWorkspace,
   type UploadTaskFilesRequest,
 } from "../../protocol/agents/task.js";
 import { importDataKey, seal, unseal } from "./seal.js";
@@ -82,6 +83,8 @@ export interface CreateTask {
   limits: Partial<TaskLimits>;
   /** Upload files before starting (`start`), or start at once on an empty tree. */
   waitForUpload: boolean;
+  /** Passed to the sandbox (which keeps the secret in memory); the object keeps only the id. */
+  workspace?: TaskWorkspace | undefined;
 }
 
 export class AgentTask extends DurableObject<AgentTaskEnv> {
@@ -157,6 +160,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     const info = await this.sandbox(input.id).create({
       limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
       idleTtlSeconds: Math.min(86_400, Math.max(SANDBOX_IDLE_TTL_SECONDS, limits.wallSeconds + 600)),
+      ...(input.workspace ? { workspace: input.workspace } : {}),
     });
     this.key = await importDataKey(info.dataKey);
     const now = new Date().toISOString();
@@ -174,6 +178,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       startedAt: null,
       endedAt: null,
       retries: 0,
+      ...(input.workspace ? { workspaceId: input.workspace.id } : {}),
     };
     const firstMessage = await seal(this.key, { role: "user", content: input.prompt } satisfies ChatMessage);
     const created = await seal(this.key, { prompt: input.prompt, model: input.model, limits });
@@ -314,6 +319,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       createdAt: state.createdAt,
       startedAt: state.startedAt,
       endedAt: state.endedAt,
+      workspaceId: state.workspaceId ?? null,
       lastEventId: this.store.lastEventId(),
     };
   }

@@ -76,7 +76,9 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
           outcome = await host.sandbox(state.id).call(call.row.id, call.name, { ...args, timeoutMs });
           commandSeconds += (outcome.durationMs ?? timeoutMs) / 1000;
         }
-      } else outcome = await host.sandbox(state.id).call(call.row.id, call.name, checked.args);
+      } else if (call.name === "codebase_search")
+        outcome = await codebaseSearch(host, state, call.row.id, checked.args);
+      else outcome = await host.sandbox(state.id).call(call.row.id, call.name, checked.args);
       await recordResult(host, key, call.row.id, call.callId, call.name, outcome);
     },
   );
@@ -91,6 +93,43 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
     return;
   }
   await host.storage.setAlarm(Date.now());
+}
+
+/**
+ * codebase_search in three steps: the sandbox (which holds the workspace secret) makes the edge's
+ * search request, the edge's search route answers it as the task's principal, and the sandbox reads
+ * the hits' lines from the tree. Only the last step is a recorded call; the first two only read.
+ */
+async function codebaseSearch(host: LoopHost, state: TaskState, callId: string, args: unknown): Promise<Outcome> {
+  const sandbox = host.sandbox(state.id);
+  if (state.workspaceId === undefined)
+    return {
+      ok: false,
+      error: { code: "not_indexed", message: "This task's code came without an index: use grep and list_dir instead." },
+    };
+  let prepared;
+  try {
+    prepared = await sandbox.prepareSearch(args);
+  } catch (err) {
+    if (err instanceof SandboxUnavailable && err.status === 400)
+      return { ok: false, error: { code: "invalid_arguments", message: err.message } };
+    throw err;
+  }
+  const answer = await host.gateway.search(
+    { taskId: state.id, orgId: state.orgId, keyId: state.keyId },
+    prepared.workspaceId,
+    prepared.request,
+    prepared.vectorKey,
+  );
+  if (answer.status === 429 || answer.status >= 500) throw new RetryLater(answer.retryAfter ?? 2);
+  if (answer.status !== 200) {
+    const detail = (answer.body as { detail?: string } | null)?.detail;
+    return {
+      ok: false,
+      error: { code: "search_failed", message: `The index answered ${answer.status}: ${detail ?? "no message"}` },
+    };
+  }
+  return sandbox.call(callId, "codebase_search", { ...(args as object), answer: answer.body });
 }
 
 /** What a call came back with, as the task records it. */

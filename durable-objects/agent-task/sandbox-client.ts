@@ -7,6 +7,7 @@ import {
   CallResponse,
   DiffResponse,
   SandboxInfo,
+  SearchPrepareResponse,
   UploadFilesResponse,
   type CreateSandboxRequest,
   type UploadFilesRequest,
@@ -84,6 +85,11 @@ export class SandboxClient {
     return CallResponse.parse(
       await this.request("POST", `/${this.id}/calls/${encodeURIComponent(callId)}`, { tool, args }, signal),
     );
+  }
+
+  /** codebase_search's first step: the edge's search request for `args`, and the key it needs. */
+  async prepareSearch(args: unknown): Promise<SearchPrepareResponse> {
+    return SearchPrepareResponse.parse(await this.request("POST", `/${this.id}/search`, args));
   }
 
   async diff(): Promise<DiffResponse> {

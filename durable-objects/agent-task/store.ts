@@ -20,6 +20,8 @@ export interface TaskState {
   endedAt: string | null;
   /** Consecutive failed attempts at the current step (model or sandbox unreachable). */
   retries: number;
+  /** The workspace codebase_search reads; its secret is only in the sandbox. Absent: no codebase_search. */
+  workspaceId?: string;
 }
 
 export interface StoredEvent {

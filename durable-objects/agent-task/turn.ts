@@ -50,7 +50,7 @@ export function chatRequest(state: TaskState, messages: readonly ChatMessage[], 
   return {
     model: state.model,
     messages: [{ role: "system", content: SYSTEM_PROMPT }, ...messages],
-    tools: openAiTools(),
+    tools: openAiTools({ searchable: state.workspaceId !== undefined }),
     tool_choice: "auto",
     parallel_tool_calls: true,
     max_tokens: Math.min(MAX_COMPLETION_TOKENS, state.limits.tokens - state.usage.tokens - prompt),

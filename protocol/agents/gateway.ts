@@ -2,7 +2,8 @@
  * How a task object reaches the model: through the edge's own gateway, over a service binding to the
  * Worker's `AgentGateway` entrypoint (never the public internet), as the principal that created the
  * task and in the `background` class, so that agents are metered, rate-limited and shed like any
- * other client and a flood of them cannot slow tab or chat.
+ * other client and a flood of them cannot slow tab or chat. codebase_search reaches the workspace's
+ * search route the same way.
  */
 export interface AgentCaller {
   taskId: string;
@@ -21,4 +22,9 @@ export interface AgentModelAnswer {
 
 export interface AgentModelGateway {
   chat(caller: AgentCaller, body: Record<string, unknown>): Promise<AgentModelAnswer>;
+  /**
+   * `POST /v1/workspaces/{workspaceId}/search` as the task's principal: codebase_search's edge step.
+   * `vectorKey` is the workspace's, from the task's sandbox; it is used for this request only.
+   */
+  search(caller: AgentCaller, workspaceId: string, body: unknown, vectorKey: string): Promise<AgentModelAnswer>;
 }

@@ -5,15 +5,23 @@
  * it never holds a model key or a Sextant key: it is called, it does not call out.
  *
  * Routes: `POST /v1/sandboxes` (create), `GET`/`DELETE /v1/sandboxes/{id}`, `POST …/{id}/files`,
- * `POST …/{id}/calls/{callId}`, `POST …/{id}/stop` (kills the running commands, keeps the tree), and
- * `GET …/{id}/diff`.
+ * `POST …/{id}/calls/{callId}`, `POST …/{id}/stop` (kills the running commands, keeps the tree),
+ * `GET …/{id}/diff`, and `POST …/{id}/search` (the edge request of a codebase_search).
+ *
+ * codebase_search takes two steps, since the host has the workspace secret and the task object has
+ * the edge: `…/search` turns the tool's arguments into the edge's search request (its scope
+ * encrypted) and the key the edge needs for it; the task object sends that to the edge's search
+ * route and passes the answer back in the call (`answer`), where the host decrypts its paths and
+ * reads the lines from the tree.
  *
  * Every request carries `Authorization: Bearer <SANDBOX_TOKEN>`. A call is identified by the task's
  * call id: the host runs each id once and answers a repeated id with the recorded outcome, so a task
  * object that resumes after a crash can re-send a call without a write or a command running twice.
  */
 import { z } from "zod";
-import { ToolOutcome, TreePath } from "./tools.js";
+import { SearchRequest, SearchResponse } from "../sync.js";
+import { TaskWorkspace } from "./task.js";
+import { CodebaseSearchArgs, ToolOutcome, TreePath } from "./tools.js";
 
 export const SandboxId = z.string().regex(/^[A-Za-z0-9_-]{8,64}$/, "8 to 64 of A-Z a-z 0-9 _ -");
 export const CallId = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
@@ -54,6 +62,8 @@ export const CreateSandboxRequest = z.strictObject({
   limits: SandboxLimits.default(SandboxLimits.parse({})),
   /** Seconds without a request after which the host destroys the sandbox by itself. */
   idleTtlSeconds: z.number().int().min(10).max(86_400).default(3600),
+  /** The workspace whose index codebase_search reads: held in the host's memory only, never written. */
+  workspace: TaskWorkspace.optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -83,6 +93,17 @@ export const UploadedFile = z.strictObject({
 export const UploadFilesRequest = z.strictObject({ files: z.array(UploadedFile).min(1).max(2000) });
 export type UploadFilesRequest = z.input<typeof UploadFilesRequest>;
 export const UploadFilesResponse = z.object({ files: z.number().int(), bytes: z.number().int() });
+
+export const SearchPrepareRequest = CodebaseSearchArgs;
+export const SearchPrepareResponse = z.object({
+  workspaceId: z.string(),
+  /** The workspace's vector key (base64url), for the edge's `X-Sextant-Vector-Key`: used once, never stored. */
+  vectorKey: z.string(),
+  request: SearchRequest,
+});
+export type SearchPrepareResponse = z.infer<typeof SearchPrepareResponse>;
+/** A codebase_search call as the host runs it: the tool's arguments and the edge's answer. */
+export const CodebaseSearchCall = CodebaseSearchArgs.extend({ answer: SearchResponse });
 
 export const CallRequest = z.strictObject({ tool: z.string().min(1).max(64), args: z.unknown() });
 export type CallRequest = z.infer<typeof CallRequest>;

@@ -42,6 +42,20 @@ export const AGENT_PLAN_LIMITS: Record<Plan, AgentOrgLimits> = {
 };
 export const AgentLimitsConfig = z.partialRecord(Plan, AgentOrgLimits);
 
+/**
+ * The index a task's codebase_search reads: the workspace its code came from. The secret goes to the
+ * task's sandbox, which holds it in memory for the task's life (it decrypts the index's paths there,
+ * beside the code it already holds); the edge passes it on and stores none of it.
+ */
+export const TaskWorkspace = z.strictObject({
+  id: z.string().regex(/^ws_[0-9a-z]{20}$/, "a workspace id (ws_…)"),
+  /** The workspace secret: 32 bytes, base64url. */
+  secret: z.string().regex(/^[A-Za-z0-9_-]{43}$/, "32 bytes, base64url"),
+  /** The directory of the workspace the task's tree is (its root when empty). */
+  base: TreePath.or(z.literal("")).default(""),
+});
+export type TaskWorkspace = z.input<typeof TaskWorkspace>;
+
 export const CreateTaskRequest = z.strictObject({
   prompt: z.string().trim().min(1).max(100_000),
   /** A chat model the gateway serves; the edge's `AGENT_MODEL` when omitted. */
@@ -52,6 +66,8 @@ export const CreateTaskRequest = z.strictObject({
    * or `empty` (the task starts at once on an empty tree).
    */
   source: z.enum(["upload", "empty"]).default("upload"),
+  /** Offer the agent codebase_search over this workspace's index (the CLI sends it when the directory is indexed). */
+  workspace: TaskWorkspace.optional(),
 });
 export type CreateTaskRequest = z.input<typeof CreateTaskRequest>;
 
@@ -95,6 +111,8 @@ export const Task = z.object({
   createdAt: z.iso.datetime(),
   startedAt: z.iso.datetime().nullable(),
   endedAt: z.iso.datetime().nullable(),
+  /** The workspace whose index codebase_search reads, or null when the task has none. */
+  workspaceId: z.string().nullable(),
   /** Sequence number of the task's last event. */
   lastEventId: z.number().int(),
 });

@@ -5,6 +5,7 @@
  * runs them; nothing else defines a tool.
  */
 import { z } from "zod";
+import { CodebaseSearchArgs as SearchArgs, codebaseSearchDescription } from "../search-tool.js";
 
 /** A path inside the task's tree: relative, `/`-separated, no `..`, no NUL. */
 export const TreePath = z
@@ -79,6 +80,8 @@ export const ReadLintsArgs = z.strictObject({
   /** Killed past this; capped by the task's limits. */
   timeoutMs: z.number().int().min(100).max(600_000).optional(),
 });
+/** `sextant mcp`'s codebase_search arguments; `path` is a directory of the task's tree. */
+export const CodebaseSearchArgs = z.strictObject(SearchArgs.shape);
 export const FinishArgs = z.strictObject({ summary: z.string().min(1).max(10_000) });
 
 export const AGENT_TOOLS = [
@@ -99,6 +102,12 @@ export const AGENT_TOOLS = [
     name: "grep",
     description: "Search the task's files for a regular expression; returns path, line number and line of each match.",
     args: GrepArgs,
+    access: "read",
+  }),
+  tool({
+    name: "codebase_search",
+    description: codebaseSearchDescription("the task's code, in Sextant's index of the workspace it came from"),
+    args: CodebaseSearchArgs,
     access: "read",
   }),
   tool({
@@ -141,12 +150,15 @@ export type AgentToolName = (typeof AGENT_TOOLS)[number]["name"];
 export const AGENT_TOOL_NAMES = AGENT_TOOLS.map((t) => t.name) as AgentToolName[];
 export const toolNamed = (name: string): ToolDefinition | undefined => AGENT_TOOLS.find((t) => t.name === name);
 
-/** The tools as OpenAI-compatible chat `tools`: what the model is offered. */
-export function openAiTools(): {
+/**
+ * The tools as OpenAI-compatible chat `tools`: what the model is offered. codebase_search only to a
+ * task whose code came with its index (`searchable`).
+ */
+export function openAiTools(options: { searchable: boolean }): {
   type: "function";
   function: { name: string; description: string; parameters: object };
 }[] {
-  return AGENT_TOOLS.map((t) => ({
+  return AGENT_TOOLS.filter((t) => options.searchable || t.name !== "codebase_search").map((t) => ({
     type: "function" as const,
     function: {
       name: t.name,

@@ -138,8 +138,22 @@ describe("budgets before a turn", () => {
     const s = state({ limits: TaskLimits.parse({ tokens: 5000 }), usage: { ...state().usage, tokens: 1000 } });
     const request = chatRequest(s, [{ role: "user", content: "hi" }], 3000);
     expect(request.max_tokens).toBe(1000);
-    expect(request.tools.map((t) => t.function.name)).toEqual(AGENT_TOOL_NAMES);
+    expect(request.tools.map((t) => t.function.name)).toEqual(AGENT_TOOL_NAMES.filter((n) => n !== "codebase_search"));
     expect(request.messages[0]!.role).toBe("system");
+  });
+  it("offers codebase_search only to a task that came with an index", () => {
+    const names = (s: TaskState) => chatRequest(s, [], 3000).tools.map((t) => t.function.name);
+    expect(names(state())).not.toContain("codebase_search");
+    expect(names(state({ workspaceId: "ws_00000000000000000000" }))).toEqual(AGENT_TOOL_NAMES);
+    const search = chatRequest(state({ workspaceId: "ws_00000000000000000000" }), [], 3000).tools.find(
+      (t) => t.function.name === "codebase_search",
+    )!;
+    // The same arguments as `sextant mcp`'s codebase_search: query, topK and path.
+    expect(Object.keys((search.function.parameters as { properties: object }).properties).sort()).toEqual([
+      "path",
+      "query",
+      "topK",
+    ]);
   });
 });
 

@@ -23,6 +23,7 @@ import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
 import { agentTasks } from "../db/schema.js";
+import { getWorkspace } from "../db/workspaces.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
@@ -102,6 +103,8 @@ export const agents = new Hono<AppEnv>()
         "Agent tasks are not set up on this edge: SANDBOX_URL and SANDBOX_TOKEN name its sandbox host.",
       );
     const { org, user, key } = c.get("principal");
+    if (body.workspace && !(await getWorkspace(database(c.env.DB), org.id, body.workspace.id)))
+      throw new ApiError("not_found", `No workspace \`${body.workspace.id}\` in your org.`);
     const id = newId("task");
     const model = body.model ?? settings.data.AGENT_MODEL ?? DEFAULT_AGENT_MODEL;
     const limits = TaskLimits.parse(body.limits);
@@ -126,6 +129,7 @@ export const agents = new Hono<AppEnv>()
         model,
         limits,
         waitForUpload: body.source === "upload",
+        workspace: body.workspace,
       })
       .catch(async (err: unknown) => {
         await quota.settle(id, 0);

@@ -1,10 +1,12 @@
 import { spawnSync } from "node:child_process";
 import { statSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { dirname, relative, resolve, sep } from "node:path";
 import type { Command } from "commander";
-import { TaskLimits, type Task, type TaskEvent } from "../../../protocol/agents/task.js";
+import { TaskLimits, type Task, type TaskEvent, type TaskWorkspace } from "../../../protocol/agents/task.js";
 import type { Sextant } from "../../sdk/client.js";
 import { SextantError } from "../../sdk/errors.js";
+import { canonicalRoot, findEntry } from "../../workspace/registry.js";
+import { WorkspaceSecret } from "../../workspace/secret.js";
 import { UPLOAD_SKIP_REASONS, uploadWorkspace, type WorkspaceUploadReport } from "../agent-upload.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson, printTable, shortDate } from "../output.js";
@@ -154,6 +156,22 @@ function limitsFrom(opts: { maxTurns?: string; maxTokens?: string; wallSeconds?:
   return limits;
 }
 
+/**
+ * The index codebase_search reads for a task on `root`: the workspace `root` is in (or is), when it
+ * was indexed on this edge. Its secret goes to the task's sandbox only.
+ */
+async function taskWorkspace(sextant: Sextant, root: string): Promise<(TaskWorkspace & { root: string }) | undefined> {
+  const entry = await findEntry(root, sextant.baseURL);
+  if (!entry?.workspaceId) return undefined;
+  const base = relative(entry.root, canonicalRoot(root)).split(sep).join("/");
+  return {
+    id: entry.workspaceId,
+    secret: WorkspaceSecret.parse(entry.secret).bytes.toString("base64url"),
+    base,
+    root: entry.root,
+  };
+}
+
 function directory(dir: string): string {
   const root = resolve(dir);
   if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new UsageError(`${dir} is not a directory.`);
@@ -190,6 +208,7 @@ export function agentCommands(program: Command): void {
     .option("--max-tokens <n>", "prompt and completion tokens at most (default 500,000)")
     .option("--wall-seconds <n>", "seconds from start to end at most (default 1800)")
     .option("--detach", "print the task id once started, and return")
+    .option("--no-codebase-search", "do not give the agent codebase_search, even where the directory is indexed")
     .action(async (prompt: string, dir: string, opts: Record<string, string | boolean | undefined>, cmd: Command) => {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const json = Boolean(options.json);
@@ -197,13 +216,24 @@ export function agentCommands(program: Command): void {
       const root = directory(dir);
       const limits = limitsFrom(opts as { maxTurns?: string; maxTokens?: string; wallSeconds?: string });
       const { sextant } = await client(options);
+      const indexed = opts.codebaseSearch === false ? undefined : await taskWorkspace(sextant, root);
       const created = await sextant.agents.create({
         prompt,
         source: "upload",
         limits,
         ...(typeof opts.model === "string" ? { model: opts.model } : {}),
+        ...(indexed ? { workspace: { id: indexed.id, secret: indexed.secret, base: indexed.base } } : {}),
       });
-      if (!json) line(`Created task ${created.id} (model ${created.model}); uploading ${root}`);
+      if (!json) {
+        line(`Created task ${created.id} (model ${created.model}); uploading ${root}`);
+        line(
+          indexed
+            ? `codebase_search reads the index of ${indexed.root} (workspace ${indexed.id}).`
+            : opts.codebaseSearch === false
+              ? "codebase_search is off (--no-codebase-search)."
+              : `codebase_search is off: ${root} is not indexed on this edge (\`sextant index\` turns it on).`,
+        );
+      }
       const bar = progress(!json);
       let report: WorkspaceUploadReport;
       try {

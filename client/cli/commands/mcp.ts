@@ -4,33 +4,17 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Command } from "commander";
 import { z } from "zod";
-import { MAX_QUERY_CHARS } from "../../../protocol/sync.js";
+import { CodebaseSearchArgs, codebaseSearchDescription } from "../../../protocol/search-tool.js";
 import { VERSION } from "../../../protocol/version.js";
 import { APIConnectionError, APIError, NotFoundError } from "../../sdk/errors.js";
 import type { Sextant } from "../../sdk/client.js";
-import { copiesLine } from "../../workspace/collapse.js";
+import { renderHits } from "../../workspace/render-hits.js";
 import { OutsideWorkspaceError, scopeWithin, searchWorkspace, type LocalHit } from "../../workspace/search.js";
 import { openWorkspace, WorkspaceNotIndexedError, type OpenWorkspace } from "../../workspace/session.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 
-const MAX_TOP_K = 50;
-
-const SearchInput = {
-  query: z
-    .string()
-    .trim()
-    .min(1)
-    .max(MAX_QUERY_CHARS)
-    .describe(
-      'What you are looking for: a question or description ("where are API keys revoked"), or identifiers ("parseToken WorkspaceSecret").',
-    ),
-  topK: z.number().int().min(1).max(MAX_TOP_K).default(10).describe("How many results to return (1 to 50)."),
-  path: z
-    .string()
-    .max(4096)
-    .optional()
-    .describe('Only search files below this directory, relative to the workspace root (e.g. "src/server").'),
-};
+/** The tool's arguments, as the MCP SDK takes them (a shape): the same as the cloud agent's codebase_search. */
+const SearchInput = CodebaseSearchArgs.shape;
 
 const SearchOutput = {
   root: z.string().describe("The workspace root; hit paths are relative to it."),
@@ -53,14 +37,6 @@ const SearchOutput = {
     }),
   ),
 };
-
-const description = (dir: string) =>
-  `Semantic search over the indexed codebase at ${dir}. Use it to find where something is implemented, defined ` +
-  'or handled when you do not know the file or the exact words: ask in natural language ("where are expired ' +
-  'sessions cleaned up") or give identifiers ("RateLimiter refill"). Returns the best-matching chunks, best ' +
-  "first, as workspace-relative paths with line ranges, scores and the lines as they are on disk now; a hit " +
-  "marked (changed since indexed) comes from a file edited after the last sync, so re-read it. For an exact " +
-  "string, grep is faster and complete.";
 
 /** The client and workspace a server answers from, once they are found. */
 interface Target {
@@ -96,27 +72,6 @@ function withinRoot(root: string, path: string | undefined): string | undefined 
   }
 }
 
-/** A fence longer than any run of backticks in the snippet, so code containing ``` cannot break out of it. */
-function fenced(snippet: string): string {
-  const longest = Math.max(0, ...(snippet.match(/`+/g) ?? []).map((run) => run.length));
-  const fence = "`".repeat(Math.max(3, longest + 1));
-  return `${fence}\n${snippet}\n${fence}`;
-}
-
-function render(root: string, hits: LocalHit[], within: string | undefined): string {
-  const scope = within ? ` below ${within}/` : "";
-  if (hits.length === 0) return `No results${scope} in ${root}.`;
-  const blocks = hits.map((hit) => {
-    const flag = hit.stale ? "  (changed since indexed)" : "";
-    const from = hit.snippetLine > hit.startLine ? `  (shown from line ${hit.snippetLine})` : "";
-    const copies = hit.copies.length > 0 ? `\n(${copiesLine(hit.copies)})` : "";
-    const head = `${hit.path}:${hit.startLine}-${hit.endLine}  score ${hit.score.toFixed(3)}${flag}${from}${copies}`;
-    return hit.snippet === "" ? `${head}\n(these lines are no longer in the file)` : `${head}\n${fenced(hit.snippet)}`;
-  });
-  const count = `${hits.length} result${hits.length === 1 ? "" : "s"}`;
-  return [`${count}${scope} in ${root} (paths relative to it):`, ...blocks].join("\n\n");
-}
-
 const log = (line: string) => process.stderr.write(`sextant mcp: ${line}\n`);
 
 /**
@@ -146,7 +101,7 @@ function buildServer(options: GlobalOptions, dir: string): { server: McpServer; 
     "codebase_search",
     {
       title: "Search the codebase",
-      description: description(dir),
+      description: codebaseSearchDescription(`the indexed codebase at ${dir}`),
       inputSchema: SearchInput,
       outputSchema: SearchOutput,
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
@@ -161,7 +116,7 @@ function buildServer(options: GlobalOptions, dir: string): { server: McpServer; 
           ...(within ? { within } : {}),
         });
         return {
-          content: [{ type: "text", text: render(ws.entry.root, hits, within) }],
+          content: [{ type: "text", text: renderHits(ws.entry.root, hits, within) }],
           structuredContent: { root: ws.entry.root, hits },
         };
       } catch (err) {
