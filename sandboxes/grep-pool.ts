@@ -1,6 +1,6 @@
 /**
- * `grep`'s scanning, off the host's event loop: a pool of worker threads, one per core, each scanning
- * one call's files at a time. The event loop serves every sandbox's calls; a long scan on it would
+ * `grep`'s listing and scanning, off the host's event loop: a pool of worker threads, one per core,
+ * each listing and scanning one call's files at a time. The event loop serves every sandbox's calls; a long scan on it would
  * hold them all, and several scans at once would run one after another. A scan past its time is
  * stopped by ending its worker (a pattern that backtracks without end stops nowhere else), and a
  * fresh worker takes its place.
@@ -10,8 +10,13 @@ import { Worker } from "node:worker_threads";
 
 export interface ScanJob {
   root: string;
-  /** Paths relative to `root`, in the order their matches are wanted. */
-  files: string[];
+  /** The directory to search (absolute, inside `root`): its files are listed by name, depth first. */
+  dir: string;
+  /** Directory names not descended into. */
+  skipDirs: string[];
+  /** Levels below `dir` listed at most, and files listed at most. */
+  maxDepth: number;
+  maxFiles: number;
   pattern: string;
   ignoreCase: boolean;
   maxResults: number;
@@ -35,13 +40,39 @@ export class ScanTimeout extends Error {}
  */
 const WORKER_SOURCE = `
 const { parentPort } = require("node:worker_threads");
-const { lstatSync, readFileSync } = require("node:fs");
+const { lstatSync, readdirSync, readFileSync } = require("node:fs");
 const { join } = require("node:path");
+/** The files below job.dir, relative to job.root, depth first by name; symlinks listed, not followed. */
+function list(job) {
+  const files = [];
+  const skip = new Set(job.skipDirs);
+  const prefix = job.dir === job.root ? "" : job.dir.slice(job.root.length + 1) + "/";
+  const go = (abs, rel, level) => {
+    let entries;
+    try {
+      entries = readdirSync(abs, { withFileTypes: true });
+    } catch {
+      return true;
+    }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      const path = rel + entry.name;
+      const isDir = entry.isDirectory();
+      if (!isDir) files.push(path);
+      if (files.length >= job.maxFiles) return false;
+      if (isDir && level < job.maxDepth && !skip.has(entry.name) && !go(join(abs, entry.name), path + "/", level + 1))
+        return false;
+    }
+    return true;
+  };
+  go(job.dir, prefix, 1);
+  return files;
+}
 parentPort.on("message", (job) => {
   const regex = new RegExp(job.pattern, job.ignoreCase ? "i" : "");
   const matches = [];
   let bytes = 0;
-  for (const rel of job.files) {
+  for (const rel of list(job)) {
     let content;
     try {
       const info = lstatSync(join(job.root, rel));
@@ -92,7 +123,8 @@ export class GrepPool {
 
   private next(): void {
     while (!this.closed && this.queue.length > 0) {
-      let worker = this.idle.pop();
+      // The longest idle first: every worker gets work, and its code is compiled as hot as the others'.
+      let worker = this.idle.shift();
       if (!worker && this.live < this.size) {
         worker = new Worker(WORKER_SOURCE, { eval: true });
         worker.unref();

@@ -158,19 +158,17 @@ async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignor
     throw new ToolError("invalid_arguments", `The pattern is not a regular expression: ${(err as Error).message}`);
   }
   const dir = await inside(ctx.tree, a.path ?? ".");
-  const files: string[] = [];
-  await walk(ctx, dir, 64, (rel, isDir) => {
-    if (!isDir) files.push(rel);
-    return files.length < 20_000;
-  });
-  // Scanned in a worker thread: the host's event loop serves every sandbox, and scans run side by side.
+  // Listed and scanned in a worker thread: the host's event loop serves every sandbox, and scans run side by side.
   const budgetMs = Math.min(ctx.limits.commandTimeoutMs, GREP_BUDGET_MS);
   pool ??= new GrepPool();
   try {
     return await pool.scan(
       {
         root: await realpath(ctx.tree),
-        files,
+        dir,
+        skipDirs: [...SKIPPED_DIRS],
+        maxDepth: 64,
+        maxFiles: 20_000,
         pattern: a.pattern,
         ignoreCase: a.ignoreCase,
         maxResults: a.maxResults,

@@ -29,7 +29,7 @@ import { reportScan, runScanBench } from "../../bench/scan.js";
 import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
 import { reportTeammateClone, runTeammateClone } from "../../bench/teammate-clone.js";
 import { reportWatch, runWatchLatency } from "../../bench/watch-latency.js";
-import { edgeLogFile } from "../support/local-edge.js";
+import { edgeLogFile, ROOT } from "../support/local-edge.js";
 
 /** A short run of each benchmark, so that CI notices when one breaks; the figures come from full runs. */
 describe("benchmarks (smoke)", () => {
@@ -480,4 +480,25 @@ describe("CLI start-up benchmark (smoke)", () => {
     expect(report).toMatch(/tab p95 time to first token: [\d.]+ ms alone .*: [\d.]+x/);
     expect(report).toMatch(/a task over its wall time ended -?[\d.]+, -?[\d.]+, -?[\d.]+ ms after its deadline/);
   }, 240_000);
+});
+
+describe("sandbox host benchmarks (smoke)", () => {
+  const tsx = (script: string, ...args: string[]) =>
+    spawnSync("npx", ["tsx", script, ...args], { cwd: ROOT, encoding: "utf8", timeout: 120_000 });
+
+  it("bench-parallel sends four greps at once and one at a time, and prints the ratio", () => {
+    const run = tsx("sandboxes/bench-parallel.ts", "2");
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/machine: \d+ cores/);
+    expect(run.stdout).toMatch(
+      /four greps over 2000 files at once vs the slowest alone: median [\d.]+x \(rounds: [\d.]+x, [\d.]+x;/,
+    );
+  }, 150_000);
+
+  it("bench times a command under each driver, or says why a driver cannot run", () => {
+    const run = tsx("sandboxes/bench.ts", "2");
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/direct: `true` median [\d.]+ ms/);
+    expect(run.stdout).toMatch(/bubblewrap: (`true` median [\d.]+ ms|cannot run here)/);
+  }, 150_000);
 });
