@@ -256,7 +256,10 @@ async function miniflare(vars: string[]): Promise<Running> {
 const adminSecret = ensureAdminSecret();
 applyMigrations();
 const gateway = await gatewayVars();
-const sandboxes: LocalSandboxHost | undefined = args.var.some((v) => v.startsWith("SANDBOX_URL:"))
+// A sandbox host of its own, unless one is named (SANDBOX_URL) or containers are (SANDBOX_HOSTS).
+const sandboxes: LocalSandboxHost | undefined = args.var.some(
+  (v) => v.startsWith("SANDBOX_URL:") || v.startsWith("SANDBOX_HOSTS:"),
+)
   ? undefined
   : await startLocalSandboxHost();
 const vars = [...args.var, ...gateway.vars, ...(sandboxes?.vars ?? [])];

@@ -4,6 +4,7 @@ import app from "./app.js";
 export default app;
 export { AgentGateway } from "./agents/gateway-entrypoint.js";
 export { AgentQuota } from "../durable-objects/agent-quota.js";
+export { SandboxContainer } from "../durable-objects/sandbox-container.js";
 export { AgentTask } from "../durable-objects/agent-task/agent-task.js";
 export { GatewayHealth } from "../durable-objects/gateway-health.js";
 export { RateLimiter } from "../durable-objects/rate-limiter.js";

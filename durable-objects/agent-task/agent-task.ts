@@ -22,16 +22,14 @@ import {
   type UploadTaskFilesRequest,
 } from "../../protocol/agents/task.js";
 import { importDataKey, seal, unseal } from "./seal.js";
-import { SandboxClient, SandboxUnavailable } from "./sandbox-client.js";
+import { SandboxClient, SandboxUnavailable, sandboxHost, type SandboxSettings } from "./sandbox-client.js";
 import { RetryLater, runTurn, type LoopHost } from "./loop.js";
 import { TaskStore, type TaskState } from "./store.js";
 import type { ChatMessage } from "./turn.js";
 
-interface AgentTaskEnv {
+interface AgentTaskEnv extends SandboxSettings {
   AGENT_GATEWAY: AgentModelGateway;
   AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
-  SANDBOX_URL?: string;
-  SANDBOX_TOKEN?: string;
 }
 
 /** Failures of the model or the sandbox host in a row before the task ends. */
@@ -113,10 +111,9 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
   }
 
   private sandbox(id: string): SandboxClient {
-    const url = this.env.SANDBOX_URL;
-    const token = this.env.SANDBOX_TOKEN;
-    if (!url || !token) throw new SandboxUnavailable("SANDBOX_URL and SANDBOX_TOKEN are not set on this edge.", null);
-    return new SandboxClient({ url, token }, id);
+    const host = sandboxHost(this.env, id);
+    if (typeof host === "string") throw new SandboxUnavailable(host, null);
+    return new SandboxClient(host, id);
   }
 
   /** The task's data key, from its sandbox host; undefined once the sandbox is gone. */

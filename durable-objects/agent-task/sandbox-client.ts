@@ -1,7 +1,8 @@
 /**
- * The task object's side of the sandbox host's protocol (`protocol/agents/sandbox.ts`): plain HTTP
- * to `SANDBOX_URL` with `SANDBOX_TOKEN`. The host answers a repeated call id with its recorded
- * outcome, which is what lets a resumed task re-send a call without running it twice.
+ * The task object's side of the sandbox host's protocol (`protocol/agents/sandbox.ts`): HTTP with
+ * `SANDBOX_TOKEN`, to the host at `SANDBOX_URL`, or (`SANDBOX_HOSTS = "containers"`) to the task's own
+ * Cloudflare Container through the `SANDBOX_CONTAINER` binding. The host answers a repeated call id
+ * with its recorded outcome, which is what lets a resumed task re-send a call without running it twice.
  */
 import {
   CallResponse,
@@ -12,6 +13,7 @@ import {
   type CreateSandboxRequest,
   type UploadFilesRequest,
 } from "../../protocol/agents/sandbox.js";
+import type { SandboxContainer } from "../sandbox-container.js";
 
 export class SandboxUnavailable extends Error {
   override readonly name = "SandboxUnavailable";
@@ -27,6 +29,37 @@ export class SandboxUnavailable extends Error {
 export interface SandboxHostConfig {
   url: string;
   token: string;
+  /** What requests go through: the task's container's stub, or (when absent) the global fetch. */
+  fetcher?: { fetch(input: string, init?: RequestInit): Promise<Response> };
+}
+
+/** The settings that say where sandbox hosts are. */
+export interface SandboxSettings {
+  /** `url` (the default: one host at `SANDBOX_URL`) or `containers` (a Cloudflare Container per task). */
+  SANDBOX_HOSTS?: string;
+  SANDBOX_URL?: string;
+  SANDBOX_TOKEN?: string;
+  SANDBOX_CONTAINER?: DurableObjectNamespace<SandboxContainer>;
+}
+
+/** The address a task's container is reached at; the stub, not the name, routes it. */
+const CONTAINER_URL = "http://sandbox-host.container";
+
+/** Where task `taskId`'s sandbox host is, or why this edge has none (a sentence for a 503). */
+export function sandboxHost(env: SandboxSettings, taskId: string): SandboxHostConfig | string {
+  const mode = env.SANDBOX_HOSTS ?? "url";
+  if (!env.SANDBOX_TOKEN || env.SANDBOX_TOKEN.length < 16)
+    return "Agent tasks are not set up on this edge: SANDBOX_TOKEN (16 characters or more) authenticates it to its sandbox hosts.";
+  if (mode === "containers") {
+    if (!env.SANDBOX_CONTAINER)
+      return "SANDBOX_HOSTS is `containers`, but the Worker has no SANDBOX_CONTAINER binding: deploy with `npm run deploy -- --containers`.";
+    const stub = env.SANDBOX_CONTAINER.get(env.SANDBOX_CONTAINER.idFromName(taskId));
+    return { url: CONTAINER_URL, token: env.SANDBOX_TOKEN, fetcher: stub };
+  }
+  if (mode !== "url") return `SANDBOX_HOSTS is \`${mode}\`: it is \`url\` or \`containers\`.`;
+  if (!env.SANDBOX_URL || !/^https?:\/\//.test(env.SANDBOX_URL))
+    return "Agent tasks are not set up on this edge: SANDBOX_URL names its sandbox host (or SANDBOX_HOSTS = `containers`).";
+  return { url: env.SANDBOX_URL, token: env.SANDBOX_TOKEN };
 }
 
 export class SandboxClient {
@@ -38,15 +71,18 @@ export class SandboxClient {
   private async request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<unknown> {
     let response: Response;
     try {
-      response = await fetch(`${this.host.url.replace(/\/$/, "")}/v1/sandboxes${path}`, {
-        method,
-        headers: {
-          Authorization: `Bearer ${this.host.token}`,
-          ...(body ? { "Content-Type": "application/json" } : {}),
+      response = await (this.host.fetcher ?? globalThis).fetch(
+        `${this.host.url.replace(/\/$/, "")}/v1/sandboxes${path}`,
+        {
+          method,
+          headers: {
+            Authorization: `Bearer ${this.host.token}`,
+            ...(body ? { "Content-Type": "application/json" } : {}),
+          },
+          ...(body ? { body: JSON.stringify(body) } : {}),
+          ...(signal ? { signal } : {}),
         },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-        ...(signal ? { signal } : {}),
-      });
+      );
     } catch (err) {
       throw new SandboxUnavailable(`The sandbox host is unreachable: ${(err as Error).message}`, null);
     }

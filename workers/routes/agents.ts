@@ -19,6 +19,7 @@ import {
 } from "../../protocol/agents/task.js";
 import { newId } from "../../protocol/ids.js";
 import type { TaskResult } from "../../durable-objects/agent-task/agent-task.js";
+import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
 import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
@@ -35,8 +36,6 @@ const DEFAULT_AGENT_MODEL = "chat-simulated";
 const KEEPALIVE_MS = 15_000;
 
 const AgentSettings = z.object({
-  SANDBOX_URL: z.url({ protocol: /^https?$/ }).optional(),
-  SANDBOX_TOKEN: z.string().min(16).optional(),
   AGENT_MODEL: z.string().min(1).optional(),
   AGENT_LIMITS: z
     .string()
@@ -97,15 +96,12 @@ export const agents = new Hono<AppEnv>()
       throw new ConfigError(
         `Invalid agent settings: ${settings.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
       );
-    if (!settings.data.SANDBOX_URL || !settings.data.SANDBOX_TOKEN)
-      throw new ApiError(
-        "unavailable",
-        "Agent tasks are not set up on this edge: SANDBOX_URL and SANDBOX_TOKEN name its sandbox host.",
-      );
     const { org, user, key } = c.get("principal");
     if (body.workspace && !(await getWorkspace(database(c.env.DB), org.id, body.workspace.id)))
       throw new ApiError("not_found", `No workspace \`${body.workspace.id}\` in your org.`);
     const id = newId("task");
+    const host = sandboxHost(c.env, id);
+    if (typeof host === "string") throw new ApiError("unavailable", host);
     const model = body.model ?? settings.data.AGENT_MODEL ?? DEFAULT_AGENT_MODEL;
     const limits = TaskLimits.parse(body.limits);
     const quota = c.env.AGENT_QUOTA.get(c.env.AGENT_QUOTA.idFromName(org.id));

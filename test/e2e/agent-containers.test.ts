@@ -1,0 +1,47 @@
+/**
+ * `SANDBOX_HOSTS = "containers"`: a task's sandbox host is a Cloudflare Container of its own, reached
+ * through the `SANDBOX_CONTAINER` binding. Containers need Docker (locally) or Cloudflare (deployed),
+ * neither of which runs here: these tests check that the edge goes to the task's container and says
+ * clearly when it cannot start one, and that a wrong setting is refused before any task is made.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rawCall } from "../support/agent-stack.js";
+import { savedLocalEdge, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
+
+let containers: LocalEdge;
+let bogus: LocalEdge;
+const token = "container-token-0123456789";
+
+beforeAll(async () => {
+  [containers, bogus] = await Promise.all([
+    startLocalEdge({ vars: { SANDBOX_HOSTS: "containers", SANDBOX_TOKEN: token } }),
+    startLocalEdge({ vars: { SANDBOX_HOSTS: "kubernetes", SANDBOX_TOKEN: token } }),
+  ]);
+});
+afterAll(async () => {
+  await Promise.all([containers?.stop(), bogus?.stop()]);
+});
+
+const create = (edge: LocalEdge) =>
+  rawCall(edge, savedLocalEdge(edge).apiKey, "POST", "/v1/agents/tasks", { prompt: "Fix it." });
+
+describe("sandbox hosts in Cloudflare Containers", () => {
+  it("starts the task's own container, and answers 503 with why when none can start", async () => {
+    const r = await create(containers);
+    expect([r.status, r.type]).toEqual([503, "application/problem+json"]);
+    const problem = r.json as { code: string; detail: string };
+    expect(problem.code).toBe("unavailable");
+    // The Container class's own answer: the task object went to its container, which cannot start here.
+    expect(problem.detail).toContain("Containers have not been enabled for this Durable Object class");
+    // Nothing of the failed task is left running: the org's quota took its reservation back.
+    const again = await create(containers);
+    expect(again.status).toBe(503);
+    expect(containers.output()).not.toMatch(/Uncaught|internal_error/);
+  });
+
+  it("refuses a SANDBOX_HOSTS it does not know, naming the setting", async () => {
+    const r = await create(bogus);
+    expect([r.status, (r.json as { code: string }).code]).toEqual([503, "unavailable"]);
+    expect((r.json as { detail: string }).detail).toContain("SANDBOX_HOSTS is `kubernetes`");
+  });
+});
