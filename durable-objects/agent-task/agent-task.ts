@@ -23,7 +23,9 @@ import {
 } from "../../protocol/agents/task.js";
 import { importDataKey, seal, unseal } from "./seal.js";
 import { SandboxClient, SandboxUnavailable, sandboxHost, type SandboxSettings } from "./sandbox-client.js";
+import { ArchiveError, importArchive, type ArchiveReport } from "./archive.js";
 import { RetryLater, runTurn, type LoopHost } from "./loop.js";
+import { guarded, TaskNotReady } from "./result.js";
 import { TaskStore, type TaskState } from "./store.js";
 import type { ChatMessage } from "./turn.js";
 
@@ -34,42 +36,10 @@ interface AgentTaskEnv extends SandboxSettings {
 
 /** Failures of the model or the sandbox host in a row before the task ends. */
 const MAX_RETRIES = 8;
+/** Attempts at fetching a task's archive (a network failure, a 5xx) before the task ends. */
+const MAX_ARCHIVE_TRIES = 3;
 /** Seconds an ended task's sandbox (and so its diff and readable events) outlives it without use. */
 const SANDBOX_IDLE_TTL_SECONDS = 3600;
-
-export class TaskNotReady extends Error {
-  override readonly name = "TaskNotReady";
-  constructor(
-    message: string,
-    readonly missing = false,
-  ) {
-    super(message);
-  }
-}
-
-/** What a task's RPC methods answer: a value, or why not (the route turns it into a problem document). */
-export type TaskResult<T> =
-  | { ok: true; value: T }
-  | { ok: false; code: "not_found" | "conflict" | "unavailable"; message: string };
-
-async function guarded<T>(fn: () => Promise<T>): Promise<TaskResult<T>> {
-  try {
-    return { ok: true, value: await fn() };
-  } catch (err) {
-    if (err instanceof TaskNotReady)
-      return { ok: false, code: err.missing ? "not_found" : "conflict", message: err.message };
-    if (err instanceof SandboxUnavailable)
-      return {
-        ok: false,
-        code: err.status === 404 ? "conflict" : "unavailable",
-        message:
-          err.status === 404
-            ? "The task's sandbox is gone (it ended and sat idle past its time to live)."
-            : err.message,
-      };
-    throw err;
-  }
-}
 
 export interface CreateTask {
   id: string;
@@ -83,6 +53,8 @@ export interface CreateTask {
   waitForUpload: boolean;
   /** Passed to the sandbox (which keeps the secret in memory); the object keeps only the id. */
   workspace?: TaskWorkspace | undefined;
+  /** A `.tar.gz` or `.tar` to fetch into the sandbox before the task starts by itself. */
+  archiveUrl?: string | undefined;
 }
 
 export class AgentTask extends DurableObject<AgentTaskEnv> {
@@ -179,30 +151,56 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     };
     const firstMessage = await seal(this.key, { role: "user", content: input.prompt } satisfies ChatMessage);
     const created = await seal(this.key, { prompt: input.prompt, model: input.model, limits });
+    const source = input.archiveUrl ? await seal(this.key, { archiveUrl: input.archiveUrl }) : null;
     this.ctx.storage.transactionSync(() => {
       this.store.saveState(state);
       this.store.appendMessage(firstMessage);
       this.store.appendEvent("task.created", now, created);
+      this.store.setSource(source);
     });
-    return input.waitForUpload ? this.view(state) : this.startTask();
+    // An archive is fetched by the alarm, not in this request: it can be large.
+    if (source) await this.ctx.storage.setAlarm(Date.now());
+    return input.waitForUpload || source ? this.view(state) : this.startTask();
+  }
+
+  /** The task's archive into its sandbox, then the start; an archive that cannot be used ends the task. */
+  private async importSource(state: TaskState, sealed: ArrayBuffer): Promise<void> {
+    const key = await this.dataKey(state);
+    if (!key) throw new SandboxUnavailable("The task's sandbox is gone.", 404);
+    const { archiveUrl } = await unseal<{ archiveUrl: string }>(key, sealed);
+    const sandbox = this.sandbox(state.id);
+    try {
+      const report = await importArchive(archiveUrl, (files) => sandbox.upload(files));
+      this.store.setSource(null);
+      await this.startTask(report);
+    } catch (err) {
+      if (!(err instanceof ArchiveError) && !(err instanceof SandboxUnavailable && err.status === 507)) throw err;
+      await this.end(state, "source_error", { message: err.message });
+    }
   }
 
   private async uploadFiles(files: UploadTaskFilesRequest["files"]): Promise<{ files: number; bytes: number }> {
     const state = this.mustState();
     if (state.status !== "uploading")
       throw new TaskNotReady(`The task is ${state.status}: files go in before it starts.`);
+    if (this.store.source()) throw new TaskNotReady("The task's files come from its archive.");
     return this.sandbox(state.id).upload(files.map((f) => ({ ...f, executable: f.executable ?? false })));
   }
 
-  private async startTask(): Promise<Task> {
+  private async startTask(archive?: ArchiveReport): Promise<Task> {
     const state = this.mustState();
     if (state.status !== "uploading") return this.view(state);
+    if (!archive && this.store.source()) throw new TaskNotReady("The task starts by itself once its archive is in.");
     await this.dataKey(state);
     const info = await this.sandbox(state.id).info();
     state.status = "running";
     state.startedAt = new Date().toISOString();
     this.store.saveState(state);
-    await this.event("task.started", { files: info.files, bytes: info.bytes });
+    await this.event("task.started", {
+      files: info.files,
+      bytes: info.bytes,
+      ...(archive ? { skipped: archive.skipped, skippedEntries: archive.skippedEntries } : {}),
+    });
     await this.ctx.storage.setAlarm(Date.now());
     this.notify();
     return this.view(state);
@@ -339,24 +337,35 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
 
   override async alarm(): Promise<void> {
     const state = this.store.state();
-    if (!state || state.status !== "running") return;
+    const source = state?.status === "uploading" ? this.store.source() : undefined;
+    if (!state || (state.status !== "running" && !source)) return;
     try {
-      await runTurn(this.host, state);
+      if (source) await this.importSource(state, source);
+      else await runTurn(this.host, state);
       state.retries = 0;
     } catch (err) {
       const current = this.store.state();
-      if (!current || current.status !== "running") return;
+      if (!current || (current.status !== "running" && !source)) return;
       current.retries++;
-      if (current.retries >= MAX_RETRIES || (err instanceof SandboxUnavailable && err.status === 404)) {
+      const tries = source ? MAX_ARCHIVE_TRIES : MAX_RETRIES;
+      if (current.retries >= tries || (err instanceof SandboxUnavailable && err.status === 404)) {
         const reason =
-          err instanceof SandboxUnavailable ? (err.status === 404 ? "sandbox_gone" : "sandbox_error") : "model_error";
+          err instanceof SandboxUnavailable
+            ? err.status === 404
+              ? "sandbox_gone"
+              : "sandbox_error"
+            : source
+              ? "source_error"
+              : "model_error";
         await this.end(current, reason, { message: (err as Error).message });
         return;
       }
       this.store.saveState(current);
       const retryAfter = err instanceof RetryLater ? err.seconds : 2 ** Math.min(current.retries, 5);
       // Never past the wall-time deadline: the task must end on time even while it waits to retry.
-      const deadline = Date.parse(current.startedAt!) + current.limits.wallSeconds * 1000;
+      const deadline = current.startedAt
+        ? Date.parse(current.startedAt) + current.limits.wallSeconds * 1000
+        : Number.POSITIVE_INFINITY;
       await this.ctx.storage.setAlarm(Math.min(Date.now() + retryAfter * 1000, deadline));
     } finally {
       this.notify();

@@ -47,6 +47,7 @@ export class TaskStore {
       CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, type TEXT NOT NULL, at TEXT NOT NULL, sealed BLOB);
       CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, sealed BLOB NOT NULL);
       CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY, sealed BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS source (one INTEGER PRIMARY KEY CHECK (one = 1), sealed BLOB NOT NULL);
       CREATE TABLE IF NOT EXISTS calls (
         id TEXT PRIMARY KEY, turn INTEGER NOT NULL, idx INTEGER NOT NULL, tool TEXT NOT NULL,
         state TEXT NOT NULL, sealed BLOB NOT NULL
@@ -96,6 +97,16 @@ export class TaskStore {
       .exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM messages ORDER BY seq LIMIT -1 OFFSET ?", skip)
       .toArray()
       .map((r) => r.sealed);
+  }
+
+  /** Where the task's code is still to come from (sealed: an archive's URL can name a private repository). */
+  setSource(sealed: Uint8Array | null): void {
+    if (sealed) this.sql.exec("INSERT OR REPLACE INTO source (one, sealed) VALUES (1, ?)", sealed);
+    else this.sql.exec("DELETE FROM source");
+  }
+
+  source(): ArrayBuffer | undefined {
+    return this.sql.exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM source WHERE one = 1").toArray()[0]?.sealed;
   }
 
   queueFollowUp(sealed: Uint8Array): void {

@@ -56,19 +56,41 @@ export const TaskWorkspace = z.strictObject({
 });
 export type TaskWorkspace = z.input<typeof TaskWorkspace>;
 
-export const CreateTaskRequest = z.strictObject({
-  prompt: z.string().trim().min(1).max(100_000),
-  /** A chat model the gateway serves; the edge's `AGENT_MODEL` when omitted. */
-  model: z.string().min(1).max(256).optional(),
-  limits: TaskLimits.partial().default({}),
-  /**
-   * Where the code comes from: `upload` (the client sends files with `POST …/files`, then `…/start`),
-   * or `empty` (the task starts at once on an empty tree).
-   */
-  source: z.enum(["upload", "empty"]).default("upload"),
-  /** Offer the agent codebase_search over this workspace's index (the CLI sends it when the directory is indexed). */
-  workspace: TaskWorkspace.optional(),
+/** Loopback hosts: plain http is taken for them alone (a local archive server); anything else is https. */
+const LOOPBACK = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
+
+/** Where a task's code comes from when `source` is `archive`: a `.tar.gz` or `.tar` the edge fetches. */
+export const TaskArchive = z.strictObject({
+  url: z
+    .url({ protocol: /^https?$/ })
+    .max(2048)
+    .refine((u) => {
+      const url = new URL(u);
+      return url.protocol === "https:" || LOOPBACK.test(url.hostname);
+    }, "must be https (plain http only for localhost)")
+    .refine((u) => !new URL(u).username && !new URL(u).password, "must not carry credentials"),
 });
+
+export const CreateTaskRequest = z
+  .strictObject({
+    prompt: z.string().trim().min(1).max(100_000),
+    /** A chat model the gateway serves; the edge's `AGENT_MODEL` when omitted. */
+    model: z.string().min(1).max(256).optional(),
+    limits: TaskLimits.partial().default({}),
+    /**
+     * Where the code comes from: `upload` (the client sends files with `POST …/files`, then `…/start`),
+     * `archive` (the edge fetches `archive.url` into the sandbox, then starts), or `empty` (the task
+     * starts at once on an empty tree).
+     */
+    source: z.enum(["upload", "archive", "empty"]).default("upload"),
+    archive: TaskArchive.optional(),
+    /** Offer the agent codebase_search over this workspace's index (the CLI sends it when the directory is indexed). */
+    workspace: TaskWorkspace.optional(),
+  })
+  .refine((r) => (r.source === "archive") === (r.archive !== undefined), {
+    message: '`archive` is given with `source: "archive"`, and only then',
+    path: ["archive"],
+  });
 export type CreateTaskRequest = z.input<typeof CreateTaskRequest>;
 
 export const TASK_STATUSES = ["uploading", "running", "finished", "failed", "cancelled"] as const;
@@ -88,6 +110,7 @@ export const END_REASONS = [
   "model_error",
   "sandbox_error",
   "sandbox_gone",
+  "source_error",
 ] as const;
 export const EndReason = z.enum(END_REASONS);
 export type EndReason = z.infer<typeof EndReason>;

@@ -18,7 +18,7 @@ import {
   type TaskEvent,
 } from "../../protocol/agents/task.js";
 import { newId } from "../../protocol/ids.js";
-import type { TaskResult } from "../../durable-objects/agent-task/agent-task.js";
+import type { TaskResult } from "../../durable-objects/agent-task/result.js";
 import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
 import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
@@ -126,6 +126,7 @@ export const agents = new Hono<AppEnv>()
         limits,
         waitForUpload: body.source === "upload",
         workspace: body.workspace,
+        archiveUrl: body.archive?.url,
       })
       .catch(async (err: unknown) => {
         await quota.settle(id, 0);

@@ -8,6 +8,7 @@ import { SextantError } from "../../sdk/errors.js";
 import { canonicalRoot, findEntry } from "../../workspace/registry.js";
 import { WorkspaceSecret } from "../../workspace/secret.js";
 import { UPLOAD_SKIP_REASONS, uploadWorkspace, type WorkspaceUploadReport } from "../agent-upload.js";
+import { gitArchiveUrl, GitUrlError } from "../git-archive.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson, printTable, shortDate } from "../output.js";
 import { progress } from "../progress.js";
@@ -55,8 +56,15 @@ export function eventPrinter(): (event: TaskEvent) => void {
     switch (event.type) {
       case "task.created":
         return line(`Task: ${clip(printable(String(data.prompt ?? "")), 100)} (model ${String(data.model)})`);
-      case "task.started":
-        return line(`Started with ${plural(Number(data.files ?? 0), "file")}.`);
+      case "task.started": {
+        const skipped = Number(data.skipped ?? 0);
+        line(`Started with ${plural(Number(data.files ?? 0), "file")}${skipped ? `; ${skipped} skipped` : ""}.`);
+        const named = Array.isArray(data.skippedEntries)
+          ? (data.skippedEntries as { path: string; reason: string }[])
+          : [];
+        for (const e of named) line(`  skipped ${printable(String(e.path))}: ${String(e.reason)}`);
+        return;
+      }
       case "user.message":
         return line(`You: ${clip(printable(String(data.content ?? "")), 100)}`);
       case "turn.started":
@@ -193,6 +201,39 @@ function git(root: string, args: string[], input: string): { ok: boolean; stdout
   return { ok: result.status === 0, stdout: result.stdout, stderr: result.stderr };
 }
 
+/** `agent run --git|--archive`: the edge fetches the code into the sandbox; nothing is uploaded from here. */
+async function runOnArchive(
+  options: GlobalOptions,
+  prompt: string,
+  limits: Partial<TaskLimits>,
+  opts: Record<string, string | boolean | undefined>,
+  dir: string | undefined,
+): Promise<void> {
+  if (dir !== undefined) throw new UsageError("Give a directory or --git/--archive, not both.");
+  if (typeof opts.git === "string" && typeof opts.archive === "string")
+    throw new UsageError("Give --git or --archive, not both.");
+  let url: string;
+  try {
+    url = typeof opts.git === "string" ? gitArchiveUrl(opts.git) : String(opts.archive);
+  } catch (err) {
+    if (err instanceof GitUrlError) throw new UsageError(err.message);
+    throw err;
+  }
+  const json = Boolean(options.json);
+  const { sextant } = await client(options);
+  const task = await sextant.agents.create({
+    prompt,
+    source: "archive",
+    archive: { url },
+    limits,
+    ...(typeof opts.model === "string" ? { model: opts.model } : {}),
+  });
+  if (opts.detach) return json ? printJson(task) : line(task.id);
+  if (!json) line(`Created task ${task.id} (model ${task.model}); the edge fetches ${url}`);
+  await showEvents(sextant, task.id, json);
+  await concluded(sextant, task.id, json);
+}
+
 export function agentCommands(program: Command): void {
   const agent = program
     .command("agent")
@@ -209,12 +250,16 @@ export function agentCommands(program: Command): void {
     .option("--wall-seconds <n>", "seconds from start to end at most (default 1800)")
     .option("--detach", "print the task id once started, and return")
     .option("--no-codebase-search", "do not give the agent codebase_search, even where the directory is indexed")
+    .option("--git <url>", "run on a GitHub or GitLab repository (https://github.com/o/r[#ref]) instead of a directory")
+    .option("--archive <url>", "run on the files of a .tar.gz or .tar the edge fetches, instead of a directory")
     .action(async (prompt: string, dir: string, opts: Record<string, string | boolean | undefined>, cmd: Command) => {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const json = Boolean(options.json);
       if (!prompt.trim()) throw new UsageError("The task is empty: say what the agent should do.");
-      const root = directory(dir);
       const limits = limitsFrom(opts as { maxTurns?: string; maxTokens?: string; wallSeconds?: string });
+      if (typeof opts.git === "string" || typeof opts.archive === "string")
+        return runOnArchive(options, prompt, limits, opts, cmd.args.length > 1 ? dir : undefined);
+      const root = directory(dir);
       const { sextant } = await client(options);
       const indexed = opts.codebaseSearch === false ? undefined : await taskWorkspace(sextant, root);
       const created = await sextant.agents.create({

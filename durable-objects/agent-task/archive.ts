@@ -1,0 +1,172 @@
+/**
+ * A task's code from an archive: a `.tar.gz` (or `.tar`) the task object fetches and streams into
+ * the task's sandbox, as a git host serves a repository's tree (`https://github.com/o/r/archive/<ref>.tar.gz`,
+ * GitLab's `…/-/archive/…`, or any URL). Nothing of it is stored: entries go from the response
+ * straight to the sandbox host in batches. An archive whose first entry is a directory holding the
+ * rest (as git hosts wrap a tree) is unpacked from inside it. Links, devices, paths that climb out or
+ * that a task's tree cannot hold, and files too large for one upload are skipped and counted.
+ */
+import { createTarDecoder } from "modern-tar";
+import type { UploadFilesRequest } from "../../protocol/agents/sandbox.js";
+import { TreePath } from "../../protocol/agents/tools.js";
+
+/** The archive cannot be used as it is: asking again will not help. */
+export class ArchiveError extends Error {
+  override readonly name = "ArchiveError";
+}
+
+export interface ArchiveLimits {
+  /** Bytes of the response (compressed) read at most. */
+  maxArchiveBytes: number;
+  /** Files unpacked at most. */
+  maxFiles: number;
+  /** A file larger than this is skipped. */
+  maxFileBytes: number;
+}
+
+export const ARCHIVE_LIMITS: ArchiveLimits = {
+  maxArchiveBytes: 512 * 2 ** 20,
+  maxFiles: 100_000,
+  maxFileBytes: 10 * 2 ** 20,
+};
+
+export interface ArchiveReport {
+  files: number;
+  bytes: number;
+  skipped: number;
+  /** The first skipped entries' names and why. */
+  skippedEntries: { path: string; reason: string }[];
+}
+
+type Upload = (files: UploadFilesRequest["files"]) => Promise<unknown>;
+
+/** Files and bytes per request to the sandbox host (its bodies are JSON with base64 content). */
+const BATCH_FILES = 2000;
+const BATCH_BYTES = 8 * 2 ** 20;
+const NAMED_SKIPS = 20;
+
+function base64(bytes: Uint8Array): string {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
+/** The response's bytes, counted against `max`, ungzipped when they start with gzip's magic number. */
+async function tarStream(body: ReadableStream<Uint8Array>, max: number): Promise<ReadableStream<Uint8Array>> {
+  let seen = 0;
+  const counted = body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, out) {
+        seen += chunk.byteLength;
+        if (seen > max) throw new ArchiveError(`The archive is larger than ${max} bytes.`);
+        out.enqueue(chunk);
+      },
+    }),
+  );
+  const reader = counted.getReader();
+  const first = await reader.read();
+  const head = first.value ?? new Uint8Array();
+  const rest = new ReadableStream<Uint8Array>({
+    start(out) {
+      if (head.byteLength) out.enqueue(head);
+      if (first.done) out.close();
+    },
+    async pull(out) {
+      const next = await reader.read();
+      if (next.done) out.close();
+      else out.enqueue(next.value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
+  const gzip = head[0] === 0x1f && head[1] === 0x8b;
+  return gzip
+    ? rest.pipeThrough(new DecompressionStream("gzip") as unknown as TransformStream<Uint8Array, Uint8Array>)
+    : rest;
+}
+
+async function readAll(body: ReadableStream<Uint8Array>, size: number): Promise<Uint8Array> {
+  const out = new Uint8Array(size);
+  let at = 0;
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    out.set(chunk.subarray(0, Math.max(0, size - at)), at);
+    at += chunk.byteLength;
+  }
+  return out;
+}
+
+/** Fetches `url` and uploads its files with `upload`; throws ArchiveError for an archive that cannot be used. */
+export async function importArchive(url: string, upload: Upload, limits = ARCHIVE_LIMITS): Promise<ArchiveReport> {
+  const response = await fetch(url, { redirect: "follow", headers: { "User-Agent": "sextant-agent-tasks" } });
+  if (response.status >= 400 && response.status < 500)
+    throw new ArchiveError(`The archive's server answered ${response.status}.`);
+  if (!response.ok || !response.body) throw new Error(`The archive's server answered ${response.status}.`);
+  const report: ArchiveReport = { files: 0, bytes: 0, skipped: 0, skippedEntries: [] };
+  const skip = (path: string, reason: string) => {
+    report.skipped++;
+    if (report.skippedEntries.length < NAMED_SKIPS) report.skippedEntries.push({ path, reason });
+  };
+  let batch: UploadFilesRequest["files"] = [];
+  let batchBytes = 0;
+  const flush = async () => {
+    if (batch.length === 0) return;
+    const files = batch;
+    batch = [];
+    batchBytes = 0;
+    await upload(files);
+  };
+  let root: string | undefined;
+  let first = true;
+  const entries = (await tarStream(response.body, limits.maxArchiveBytes)).pipeThrough(createTarDecoder());
+  try {
+    for await (const entry of entries as unknown as AsyncIterable<{
+      header: { name: string; size: number; type?: string; mode?: number };
+      body: ReadableStream<Uint8Array>;
+    }>) {
+      const { header } = entry;
+      const type = header.type ?? "file";
+      let name = header.name.replace(/^\.\//, "");
+      if (first && type === "directory" && name !== "" && /^[^/]+\/?$/.test(name)) root = name.replace(/\/?$/, "/");
+      first = false;
+      if (root !== undefined) {
+        if (name.startsWith(root)) name = name.slice(root.length);
+        else if (name !== root.slice(0, -1)) {
+          await entry.body.cancel();
+          skip(header.name, "outside the archive's top directory");
+          continue;
+        }
+      }
+      if (type !== "file") {
+        await entry.body.cancel();
+        if (type !== "directory") skip(header.name, type);
+        continue;
+      }
+      if (!TreePath.safeParse(name).success || /[\u0000-\u001f\u007f\\]/.test(name)) {
+        await entry.body.cancel();
+        skip(header.name, "a path the task's tree cannot hold");
+        continue;
+      }
+      if (header.size > limits.maxFileBytes) {
+        await entry.body.cancel();
+        skip(name, "too large");
+        continue;
+      }
+      if (report.files >= limits.maxFiles)
+        throw new ArchiveError(`The archive holds more than ${limits.maxFiles} files.`);
+      const bytes = await readAll(entry.body, header.size);
+      const content = base64(bytes);
+      if (batch.length >= BATCH_FILES || batchBytes + content.length > BATCH_BYTES) await flush();
+      batch.push({ path: name, content, executable: ((header.mode ?? 0o644) & 0o111) !== 0 });
+      batchBytes += content.length;
+      report.files++;
+      report.bytes += bytes.byteLength;
+    }
+  } catch (err) {
+    if (err instanceof ArchiveError) throw err;
+    if (err instanceof TypeError || err instanceof RangeError || /tar|gzip|decompress|header/i.test(String(err)))
+      throw new ArchiveError(`The archive is not a tar or tar.gz file: ${(err as Error).message}`);
+    throw err;
+  }
+  await flush();
+  if (report.files === 0) throw new ArchiveError("The archive holds no files.");
+  return report;
+}
