@@ -22,7 +22,8 @@ import type { Sextant } from "../client/sdk/client.js";
 import type { TaskEvent, TaskLimits } from "../protocol/agents/task.js";
 import { LOCAL_MODELS } from "../scripts/local-gateway.js";
 import { setAgentScripts, startAgentStack, taskEnded, taskEvents } from "../test/support/agent-stack.js";
-import { savedLocalEdge } from "../test/support/local-edge.js";
+import { processCpuSeconds, savedLocalEdge } from "../test/support/local-edge.js";
+import { startAgentProcesses } from "./agent-processes.js";
 import { closedLoop, streamCompletion } from "./gateway-fixture.js";
 import { fmt, median, quantile, quantileInterval } from "./stats.js";
 
@@ -31,14 +32,28 @@ export interface AgentBenchOptions {
   turns?: number;
   flood?: number;
   floodSeconds?: number;
+  /**
+   * The sandbox host and each simulated backend in a process of its own (`bench/agent-processes.ts`),
+   * rather than inside `npm start`'s process; `BENCH_AGENT_PROCESSES=separate`.
+   */
+  separateProcesses?: boolean;
 }
 
 export interface AgentBenchResult {
   driver: string;
+  /** The sandbox host and the simulated backends ran in processes of their own. */
+  separateProcesses: boolean;
   startToCommandMs: number[];
   roundTripMs: number[];
   parallel: { together: number[]; alone: number[][] };
-  tab: { aloneTtftMs: number[]; floodedTtftMs: number[]; floodedErrors: number; agentTurns: number };
+  tab: {
+    aloneTtftMs: number[];
+    floodedTtftMs: number[];
+    floodedErrors: number;
+    agentTurns: number;
+    /** The edge's workerd process's CPU seconds per second during the flood; undefined without /proc. */
+    edgeCores?: number | undefined;
+  };
   /** How long after its wall-time deadline each task over it had ended. */
   pastDeadlineMs: number[];
 }
@@ -129,10 +144,16 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
   const turns = options.turns ?? 200;
   const flood = options.flood ?? 32;
   const floodMs = (options.floodSeconds ?? 20) * 1000;
-  const stack = await startAgentStack();
+  const processes = options.separateProcesses ? await startAgentProcesses() : undefined;
+  const stack = await startAgentStack(processes ? { vars: processes.vars } : {}).catch(async (err: unknown) => {
+    await processes?.stop();
+    throw err;
+  });
   try {
-    const driver = /Agent tasks run in (\S+) sandboxes/.exec(stack.edge.output())?.[1] ?? "unknown";
-    await setAgentScripts(stack.edge, scripts(turns));
+    const driver =
+      processes?.driver ?? /Agent tasks run in (\S+) sandboxes/.exec(stack.edge.output())?.[1] ?? "unknown";
+    if (processes) await processes.setScripts(scripts(turns));
+    else await setAgentScripts(stack.edge, scripts(turns));
     const { sdk } = stack;
     const startNow = async (prompt: string, limits: Partial<TaskLimits> = {}) => {
       const id = await created(sdk, prompt, limits);
@@ -201,10 +222,20 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
     };
     const alone0 = await tab(floodMs);
     const ids = await Promise.all(Array.from({ length: flood }, () => startNow("Go (agent bench flood)")));
+    // How busy the edge's runtime was: its CPU seconds per second over the flood (1.0 is one core).
+    const workerd = stack.edge.workerdPid();
+    const cpuBefore = workerd === undefined ? undefined : processCpuSeconds(workerd);
+    const floodStarted = performance.now();
     const flooded = await tab(floodMs);
+    const cpuAfter = workerd === undefined ? undefined : processCpuSeconds(workerd);
+    const edgeCores =
+      cpuBefore === undefined || cpuAfter === undefined
+        ? undefined
+        : (cpuAfter - cpuBefore) / ((performance.now() - floodStarted) / 1000);
     const agentTurns = await Promise.all(ids.map(async (id) => (await sdk.agents.cancel(id)).usage.turns));
     return {
       driver,
+      separateProcesses: processes !== undefined,
       startToCommandMs,
       roundTripMs,
       parallel: { together, alone },
@@ -213,11 +244,13 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
         floodedTtftMs: flooded.ttft,
         floodedErrors: flooded.errors + alone0.errors,
         agentTurns: agentTurns.reduce((a, b) => a + b, 0),
+        edgeCores,
       },
       pastDeadlineMs,
     };
   } finally {
     await stack.edge.stop();
+    await processes?.stop();
   }
 }
 
@@ -231,12 +264,12 @@ export function reportAgentBench(r: AgentBenchResult): string {
   const p95 = (v: number[]) => quantile(v, 0.95);
   const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
   return [
-    `Agent tasks (${r.driver} sandboxes, the simulator's scripted model):`,
+    `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`,
     `  start to first command: p50 ${fmt(median(r.startToCommandMs))} ms ${interval(r.startToCommandMs, 0.5)}, p95 ${fmt(p95(r.startToCommandMs))} ms over ${r.startToCommandMs.length} tasks (goal: p50 <= 1000 ms)`,
     `  tool-call round trip (read_file): p50 ${fmt(median(r.roundTripMs))} ms ${interval(r.roundTripMs, 0.5)}, p99 ${fmt(quantile(r.roundTripMs, 0.99))} ms ${interval(r.roundTripMs, 0.99)} over ${r.roundTripMs.length} calls`,
     `  four greps in one turn vs the slowest alone: ${ratios.map((x) => `${x.toFixed(2)}x`).join(", ")} (median ${median(ratios).toFixed(2)}x; target <= 1.3x); together ${r.parallel.together.map(fmt).join(", ")} ms, the slowest alone ${r.parallel.alone.map((a) => fmt(Math.max(...a))).join(", ")} ms`,
     `  a task over its wall time ended ${r.pastDeadlineMs.map(fmt).join(", ")} ms after its deadline (target: within 1000 ms)`,
-    `  tab p95 time to first token: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors`,
+    `  tab p95 time to first token: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`,
   ].join("\n");
 }
 
@@ -249,6 +282,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
         turns: env("BENCH_AGENT_TURNS"),
         flood: env("BENCH_AGENT_FLOOD"),
         floodSeconds: env("BENCH_FLOOD_SECONDS"),
+        separateProcesses: process.env.BENCH_AGENT_PROCESSES === "separate",
       }),
     ),
   );

@@ -7,11 +7,10 @@
  * the inspector that reports every chunk to Node, and reload on save (`npm run dev` keeps those).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
-import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { kCurrentWorker, Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 
 export interface EdgeOptions {
   host: string;
@@ -97,10 +96,45 @@ export async function serveWorker(
   return { url: new URL(`http://${options.host}:${options.port}`), dispose };
 }
 
+/** How a prebuilt edge's options name this Worker (Miniflare's `kCurrentWorker`, a symbol JSON cannot hold). */
+export const CURRENT_WORKER = "miniflare:current-worker";
+
+/**
+ * `SEXTANT_PREBUILT_EDGE`: a directory made by `bench/device/prepare.ts` on a machine with the
+ * toolchain, holding the deploy bundle (`worker/`) and wrangler's Miniflare options for it
+ * (`worker-options.json`), so the edge runs where only Node and workerd are (no wrangler, no npm).
+ */
+async function workerFor(env: NodeJS.ProcessEnv): Promise<{
+  dir: string;
+  script: string;
+  cleanup(): void;
+  workerOptions: Record<string, unknown> & { bindings?: Record<string, unknown> };
+}> {
+  const prebuilt = env.SEXTANT_PREBUILT_EDGE;
+  if (prebuilt) {
+    const dir = join(prebuilt, "worker");
+    const workerOptions = JSON.parse(readFileSync(join(prebuilt, "worker-options.json"), "utf8"), (_key, value) =>
+      value === CURRENT_WORKER ? kCurrentWorker : value,
+    );
+    // `.dev.vars` as wrangler reads it: KEY=value lines, the value optionally quoted.
+    let devVars = "";
+    try {
+      devVars = readFileSync(".dev.vars", "utf8");
+    } catch {
+      // None.
+    }
+    for (const [, key, value] of devVars.matchAll(/^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"?(.*?)"?\s*$/gm))
+      workerOptions.bindings = { ...workerOptions.bindings, [key!]: value };
+    return { dir, script: join(dir, "index.js"), cleanup: () => {}, workerOptions };
+  }
+  const { unstable_getMiniflareWorkerOptions } = await import("wrangler");
+  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  return { ...bundle(env), workerOptions: workerOptions as never };
+}
+
 export async function startEdge(options: EdgeOptions): Promise<Edge> {
   const env = options.env ?? process.env;
-  const { dir, script, cleanup } = bundle(env);
-  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  const { dir, script, cleanup, workerOptions } = await workerFor(env);
   const state = join(options.persistTo, "v3");
   return serveWorker(
     {

@@ -6,7 +6,8 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Sextant, SextantAdmin } from "../client/sdk/client.js";
 import { AuthenticationError } from "../client/sdk/errors.js";
@@ -121,6 +122,14 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
  * after each one it applies, which on a first start is the same table four times.
  */
 function applyMigrations(): void {
+  const prebuilt = process.env.SEXTANT_PREBUILT_EDGE;
+  if (prebuilt) {
+    // No wrangler where a prebuilt edge runs: its state comes with the migrations applied.
+    if (!existsSync(join(args["persist-to"], "v3", "d1")))
+      cpSync(join(prebuilt, "state"), args["persist-to"], { recursive: true });
+    console.log("D1 migrations: applied in the prebuilt edge's state.");
+    return;
+  }
   const result = spawnSync(
     "npx",
     ["wrangler", "d1", "migrations", "apply", "DB", "--local", "--persist-to", args["persist-to"]],

@@ -480,6 +480,16 @@ describe("CLI start-up benchmark (smoke)", () => {
     expect(report).toMatch(/tab p95 time to first token: [\d.]+ ms alone .*: [\d.]+x/);
     expect(report).toMatch(/a task over its wall time ended -?[\d.]+, -?[\d.]+, -?[\d.]+ ms after its deadline/);
   }, 240_000);
+
+  it("agents runs with the sandbox host and each simulated backend in a process of its own", async () => {
+    const result = await runAgentBench({ starts: 1, turns: 2, flood: 2, floodSeconds: 1, separateProcesses: true });
+    expect(result.separateProcesses).toBe(true);
+    expect(result.startToCommandMs).toHaveLength(1);
+    expect(result.tab.floodedTtftMs.length).toBeGreaterThan(0);
+    const report = reportAgentBench(result);
+    expect(report).toContain("the sandbox host and each simulated backend in a process of its own");
+    expect(report).toMatch(/the edge's workerd used [\d.]+ cores meanwhile/);
+  }, 240_000);
 });
 
 describe("sandbox host benchmarks (smoke)", () => {

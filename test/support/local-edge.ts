@@ -170,11 +170,12 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
   const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
   const persistTo = options.persistTo ?? mkdtempSync(join(tmpdir(), "sextant-state-"));
   let log = "";
+  // `SEXTANT_START_COMMAND` runs start.ts another way (a bundle under plain node, bench/device/).
+  const [command, ...commandArgs] = (process.env.SEXTANT_START_COMMAND ?? "npx tsx scripts/start.ts").split(" ");
   const child: ChildProcess = spawn(
-    "npx",
+    command!,
     [
-      "tsx",
-      "scripts/start.ts",
+      ...commandArgs,
       "--port",
       String(port),
       "--persist-to",
