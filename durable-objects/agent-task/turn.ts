@@ -31,8 +31,20 @@ export interface ModelToolCall {
   function: { name: string; arguments: string };
 }
 
-/** A conservative count of a prompt's tokens: no tokenizer makes fewer than one per three characters of code. */
-export const promptTokens = (messages: readonly ChatMessage[]) => Math.ceil(JSON.stringify(messages).length / 3) + 2000;
+/** Each message's length as JSON, measured once: a conversation only grows, and is counted every turn. */
+const jsonLengths = new WeakMap<ChatMessage, number>();
+const jsonLength = (message: ChatMessage) => {
+  let length = jsonLengths.get(message);
+  if (length === undefined) jsonLengths.set(message, (length = JSON.stringify(message).length));
+  return length;
+};
+
+/**
+ * A conservative count of a prompt's tokens: no tokenizer makes fewer than one per three characters
+ * of code. The characters are those of the conversation as JSON (`[`, the messages, their commas, `]`).
+ */
+export const promptTokens = (messages: readonly ChatMessage[]) =>
+  Math.ceil((messages.reduce((sum, m) => sum + jsonLength(m), 0) + Math.max(2, messages.length + 1)) / 3) + 2000;
 
 /** Why the next turn may not start, if a budget says so. `commandSeconds` is how long the sandbox's commands have run. */
 export function budgetStop(state: TaskState, now: number, commandSeconds: number, prompt: number): EndReason | null {

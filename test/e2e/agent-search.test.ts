@@ -12,12 +12,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Task, TaskEvent } from "../../protocol/agents/task.js";
 import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
 import { WorkspaceSecret } from "../../client/workspace/secret.js";
+import { Sextant } from "../../client/sdk/client.js";
 import {
   agentFixtures,
   rawCall,
   setAgentScripts,
   startAgentStack,
   startTestSandboxHost,
+  taskEnded,
+  taskEvents,
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
@@ -58,6 +61,11 @@ const SCRIPTS: AgentScript[] = [
     name: "search-below",
     match: "(search one package)",
     turns: [{ toolCalls: [search("range out push loop"), search("clamp lower upper")] }, finish],
+  },
+  {
+    name: "revoked-key",
+    match: "(revoked key wait)",
+    turns: [{ toolCalls: [{ name: "run_terminal", arguments: { command: "sleep 2", timeoutMs: 30_000 } }] }, finish],
   },
   {
     name: "search-bad-scope",
@@ -214,5 +222,23 @@ describe("codebase_search in an agent task", () => {
     expect(scanDirectoryFor(join(stack.edge.persistTo, "v3"), needles)).toEqual([]);
     const log = stack.edge.output();
     expect(needles.filter((n) => log.includes(n))).toEqual([]);
+  });
+});
+
+// Here rather than with the other agent tests: it needs a script of its own, and this file sets its scripts.
+describe("the key that started a task", () => {
+  it("stops the task at its next turn once revoked, though the gateway caches it between turns", async () => {
+    const created = await stack.sdk.keys.create({ name: "agent revocation" });
+    const sdk = new Sextant({ apiKey: created.key, baseURL: stack.edge.baseURL, maxRetries: 0 });
+    const { id } = await sdk.agents.create({ prompt: "Wait (revoked key wait)." });
+    await sdk.agents.uploadFiles(id, [{ path: "README.md", content: "eA==" }]);
+    await sdk.agents.start(id);
+    // Revoked while its first turn's command runs: the next turn asks the model as a revoked key.
+    await taskEnded(stack.sdk, id, (t) => t.usage.turns >= 1);
+    await stack.sdk.keys.revoke(created.id);
+    const task = await taskEnded(stack.sdk, id);
+    expect([task.status, task.endReason]).toEqual(["failed", "model_error"]);
+    const end = (await taskEvents(stack.sdk, id)).at(-1)!;
+    expect(String(end.data!.message)).toMatch(/revoked, expired or gone/);
   });
 });

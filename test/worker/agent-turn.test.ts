@@ -8,6 +8,8 @@ import {
   MIN_COMMAND_SECONDS,
   MIN_COMPLETION_TOKENS,
   parseAnswer,
+  promptTokens,
+  type ChatMessage,
 } from "../../durable-objects/agent-task/turn.js";
 import { TaskLimits } from "../../protocol/agents/task.js";
 import { AGENT_TOOL_NAMES } from "../../protocol/agents/tools.js";
@@ -140,6 +142,16 @@ describe("budgets before a turn", () => {
     expect(request.max_tokens).toBe(1000);
     expect(request.tools.map((t) => t.function.name)).toEqual(AGENT_TOOL_NAMES.filter((n) => n !== "codebase_search"));
     expect(request.messages[0]!.role).toBe("system");
+  });
+  it("counts a conversation's characters as JSON, measuring each message once", () => {
+    const messages: ChatMessage[] = [];
+    const exact = (m: ChatMessage[]) => Math.ceil(JSON.stringify(m).length / 3) + 2000;
+    expect(promptTokens(messages)).toBe(exact(messages));
+    for (let i = 0; i < 5; i++) {
+      messages.push({ role: "user", content: `step ${i} ${"é".repeat(i)}` });
+      messages.push({ role: "tool", tool_call_id: `c${i}`, content: JSON.stringify({ text: "a\n".repeat(i) }) });
+      expect(promptTokens(messages)).toBe(exact(messages));
+    }
   });
   it("offers codebase_search only to a task that came with an index", () => {
     const names = (s: TaskState) => chatRequest(s, [], 3000).tools.map((t) => t.function.name);

@@ -10,7 +10,9 @@ import type { AgentCaller, AgentModelAnswer, AgentModelGateway } from "../../pro
 import { PRIORITY_HEADER } from "../../protocol/gateway.js";
 import { VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import app from "../app.js";
+import { keyCache } from "../auth/authenticate.js";
 import { INTERNAL_PRINCIPAL } from "../auth/internal.js";
+import { loadConfig } from "../config.js";
 import { findPrincipalByKeyId } from "../db/accounts.js";
 import { database } from "../db/client.js";
 
@@ -25,13 +27,31 @@ export class AgentGateway extends WorkerEntrypoint<Env> implements AgentModelGat
     });
   }
 
+  /**
+   * The principal of the key that started a task, from the isolate's key cache (keyed by the key's id
+   * here, by its hash for requests): a task's every turn is a call, and a D1 read per turn was a tenth of
+   * the gateway's work for agents. Revoking the key evicts it, as it does a request's entry; other
+   * isolates see a revocation within the cache's time to live (`KEY_CACHE_TTL_SECONDS`).
+   */
+  private async principal(keyId: string) {
+    const cache = keyCache(loadConfig(this.env));
+    const id = `key-id:${keyId}`;
+    let principal = cache.get(id);
+    if (principal === undefined) {
+      const ticket = cache.ticket();
+      principal = await findPrincipalByKeyId(database(this.env.DB), keyId);
+      cache.set(id, principal, ticket);
+    }
+    return principal;
+  }
+
   private async call(
     caller: AgentCaller,
     path: string,
     body: unknown,
     headers: Record<string, string>,
   ): Promise<AgentModelAnswer> {
-    const principal = await findPrincipalByKeyId(database(this.env.DB), caller.keyId);
+    const principal = await this.principal(caller.keyId);
     const revoked =
       !principal ||
       principal.org.id !== caller.orgId ||
