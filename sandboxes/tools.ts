@@ -11,7 +11,7 @@ import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "
 import { dirname, join, relative, sep } from "node:path";
 import { CodebaseSearchCall, type SandboxLimits } from "../protocol/agents/sandbox.js";
 import { BINARY_SNIFF_BYTES, looksBinary } from "../protocol/binary.js";
-import { toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
+import { NOT_INDEXED, toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
 import type { RunResult, SandboxDriver } from "./drivers.js";
 import { GrepPool, ScanTimeout } from "./grep-pool.js";
 import type { TaskIndex } from "./search.js";
@@ -297,8 +297,7 @@ const RUNNERS: Record<string, (ctx: ToolContext, args: never) => Promise<unknown
   run_terminal: runTerminal,
   read_lints: readLints,
   codebase_search: async (ctx, args: z.output<typeof CodebaseSearchCall>) => {
-    if (!ctx.index)
-      throw new ToolError("not_indexed", "This task's code came without an index: use grep and list_dir instead.");
+    if (!ctx.index) throw new ToolError(NOT_INDEXED.code, NOT_INDEXED.message);
     return ctx.index.resolve(async (path) => readFile(await inside(ctx.tree, path), "utf8"), args);
   },
 };

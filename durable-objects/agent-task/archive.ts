@@ -15,6 +15,14 @@ export class ArchiveError extends Error {
   override readonly name = "ArchiveError";
 }
 
+/**
+ * An error of the response's body (it broke off) or of an upload to the sandbox, carried past the
+ * decoders as it is: not the archive's fault, so the task tries again.
+ */
+class Passed {
+  constructor(readonly error: unknown) {}
+}
+
 export interface ArchiveLimits {
   /** Bytes of the response (compressed) read at most. */
   maxArchiveBytes: number;
@@ -72,7 +80,13 @@ async function tarStream(body: ReadableStream<Uint8Array>, max: number): Promise
       if (first.done) out.close();
     },
     async pull(out) {
-      const next = await reader.read();
+      let next: ReadableStreamReadResult<Uint8Array>;
+      try {
+        next = await reader.read();
+      } catch (err) {
+        // The network, not the archive: passed on as it is, past the decoders (which see this object).
+        throw err instanceof ArchiveError ? err : new Passed(err);
+      }
       if (next.done) out.close();
       else out.enqueue(next.value);
     },
@@ -112,7 +126,11 @@ export async function importArchive(url: string, upload: Upload, limits = ARCHIV
     const files = batch;
     batch = [];
     batchBytes = 0;
-    await upload(files);
+    try {
+      await upload(files);
+    } catch (err) {
+      throw new Passed(err);
+    }
   };
   let root: string | undefined;
   let first = true;
@@ -160,13 +178,13 @@ export async function importArchive(url: string, upload: Upload, limits = ARCHIV
       report.files++;
       report.bytes += bytes.byteLength;
     }
+    await flush();
   } catch (err) {
+    // Whatever the response or the sandbox threw is theirs; anything else the decoders threw, on the bytes.
+    if (err instanceof Passed) throw err.error;
     if (err instanceof ArchiveError) throw err;
-    if (err instanceof TypeError || err instanceof RangeError || /tar|gzip|decompress|header/i.test(String(err)))
-      throw new ArchiveError(`The archive is not a tar or tar.gz file: ${(err as Error).message}`);
-    throw err;
+    throw new ArchiveError(`The archive is not a tar or tar.gz file: ${(err as Error).message}`);
   }
-  await flush();
   if (report.files === 0) throw new ArchiveError("The archive holds no files.");
   return report;
 }

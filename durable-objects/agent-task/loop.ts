@@ -7,6 +7,7 @@
  */
 import type { AgentModelGateway } from "../../protocol/agents/gateway.js";
 import type { EndReason, EventType } from "../../protocol/agents/task.js";
+import { NOT_INDEXED } from "../../protocol/agents/tools.js";
 import type { SandboxClient } from "./sandbox-client.js";
 import { runConcurrently } from "./schedule.js";
 import { seal, unseal } from "./seal.js";
@@ -102,11 +103,7 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
  */
 async function codebaseSearch(host: LoopHost, state: TaskState, callId: string, args: unknown): Promise<Outcome> {
   const sandbox = host.sandbox(state.id);
-  if (state.workspaceId === undefined)
-    return {
-      ok: false,
-      error: { code: "not_indexed", message: "This task's code came without an index: use grep and list_dir instead." },
-    };
+  if (state.workspaceId === undefined) return { ok: false, error: NOT_INDEXED };
   let prepared;
   try {
     prepared = await sandbox.prepareSearch(args);

@@ -182,6 +182,12 @@ export function writePath(name: string, args: unknown): string | undefined {
   return typeof path === "string" ? path : undefined;
 }
 
+/** codebase_search's answer for a task whose code came without an index. */
+export const NOT_INDEXED = {
+  code: "not_indexed",
+  message: "This task's code came without an index: use grep and list_dir instead.",
+} as const;
+
 /** What a tool answered: its result as JSON, or an error the model reads and can act on. */
 export const ToolOutcome = z.discriminatedUnion("ok", [
   z.object({ ok: z.literal(true), result: z.unknown() }),

@@ -35,6 +35,8 @@ const sum = agentFixtures().find((f) => f.name === "sum")!;
 /** A path no other test uses, to look for in storage and the log. */
 const SECRET_PATH = "/acme-private-monorepo-zq81.tar.gz";
 const archives = new Map<string, Buffer>();
+let release: () => void = () => {};
+const held = new Promise<void>((resolve) => (release = resolve));
 
 beforeAll(async () => {
   // sum's repository as a git host serves it: everything inside one top directory.
@@ -62,7 +64,10 @@ beforeAll(async () => {
   server = createServer((req, res) => {
     const body = archives.get(req.url ?? "");
     if (!body) return void res.writeHead(404).end("no such archive");
-    res.writeHead(200, { "Content-Type": "application/octet-stream" }).end(body);
+    // The private archive is held back until a test lets it go: its task stays uploading till then.
+    void (req.url === SECRET_PATH ? held : Promise.resolve()).then(() =>
+      res.writeHead(200, { "Content-Type": "application/octet-stream" }).end(body),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
@@ -152,7 +157,7 @@ describe("agent tasks on an archive", () => {
         "invalid_request",
       ]);
     }
-    // The task is uploading until its archive is in (or, if that was quick, running or ended).
+    // The task is uploading until its archive (held back by the server) is in.
     const slow = await create({ prompt: "x", source: "archive", archive: { url: `${base}${SECRET_PATH}` } });
     const id = Task.parse(slow.json).id;
     const key = savedLocalEdge(stack.edge).apiKey;
@@ -161,9 +166,11 @@ describe("agent tasks on an archive", () => {
     });
     const start = await rawCall(stack.edge, key, "POST", `/v1/agents/tasks/${id}/start`);
     // Files go in from the archive alone; a start is the task's own once the archive is in.
-    expect(upload.status).toBe(409);
-    expect([200, 409]).toContain(start.status);
-    await taskEnded(stack.sdk, id);
+    expect([upload.status, start.status]).toEqual([409, 409]);
+    expect((await stack.sdk.agents.get(id)).status).toBe("uploading");
+    release();
+    const task = await taskEnded(stack.sdk, id);
+    expect(task.startedAt).not.toBeNull();
   });
 
   it("keeps the archive's URL sealed: not in storage or the edge's log", () => {

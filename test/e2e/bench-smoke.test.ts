@@ -505,6 +505,23 @@ describe("sandbox host benchmarks (smoke)", () => {
     );
   }, 150_000);
 
+  it("agent-profile profiles the edge while agent tasks run, and lists where its time went", () => {
+    const run = spawnSync(
+      "npx",
+      ["tsx", "bench/agent-profile.ts", "--tasks", "2", "--seconds", "1", "--out", "/dev/null"],
+      {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 150_000,
+        env: { ...process.env, NODE_OPTIONS: "--experimental-websocket" },
+      },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/2 agent tasks, about \d+ turns while profiled/);
+    expect(run.stdout).toMatch(/self:\n +[\d.]+% /);
+    expect(run.stdout).toMatch(/inclusive:\n +100\.0% +\(root\)/);
+  }, 180_000);
+
   it("bench times a command under each driver, or says why a driver cannot run", () => {
     const run = tsx("sandboxes/bench.ts", "2");
     expect(run.status, run.stderr).toBe(0);

@@ -1,0 +1,127 @@
+/**
+ * Where the edge's CPU goes while agent tasks run: starts `npm start` with its V8 inspector, runs
+ * `tasks` agent tasks of back-to-back `read_file` turns, takes a CPU profile of the edge's Worker
+ * (its task objects run in the same isolate) for `seconds`, and prints the functions with the most
+ * time, self and inclusive, as shares of the profile. The profile is written to `--out` for a viewer.
+ *
+ *   NODE_OPTIONS=--experimental-websocket npx tsx bench/agent-profile.ts [--tasks 16] [--seconds 10] [--out /tmp/agents.cpuprofile]
+ *
+ * (Node 20's WebSocket, which talks to the inspector, is behind that flag.)
+ */
+import { writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import type { AgentScript } from "../gpu-backends/simulator/agent-script.js";
+import { setAgentScripts, startAgentStack } from "../test/support/agent-stack.js";
+import { freePort } from "../test/support/local-edge.js";
+
+const { values } = parseArgs({
+  options: {
+    tasks: { type: "string", default: "16" },
+    seconds: { type: "string", default: "10" },
+    out: { type: "string", default: "/tmp/agents.cpuprofile" },
+  },
+});
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Each function's share of the profile's time: its own, and with what it called. */
+export function summarize(profile: Profile, top = 25): string {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const name = (n: ProfileNode) =>
+    `${n.callFrame.functionName || "(anonymous)"} ${n.callFrame.url.split("/").pop()}:${n.callFrame.lineNumber + 1}`;
+  const self = new Map<string, number>();
+  const inclusive = new Map<string, number>();
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    total += dt;
+    const seen = new Set<string>();
+    self.set(name(byId.get(id)!), (self.get(name(byId.get(id)!)) ?? 0) + dt);
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
+      const key = name(byId.get(at)!);
+      if (!seen.has(key)) inclusive.set(key, (inclusive.get(key) ?? 0) + dt);
+      seen.add(key);
+    }
+  });
+  const list = (m: Map<string, number>) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)
+      .map(([k, t]) => `  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${k}`)
+      .join("\n");
+  return `${(total / 1e6).toFixed(1)} s profiled\nself:\n${list(self)}\ninclusive:\n${list(inclusive)}`;
+}
+
+const FLOOD: AgentScript = {
+  name: "profile-flood",
+  match: "(agent profile flood)",
+  turns: Array.from({ length: 400 }, () => ({ toolCalls: [{ name: "read_file", arguments: { path: "README.md" } }] })),
+};
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const inspector = await freePort();
+  process.env.SEXTANT_INSPECTOR_PORT = String(inspector);
+  const stack = await startAgentStack();
+  try {
+    await setAgentScripts(stack.edge, [FLOOD]);
+    const targets = (await (await fetch(`http://127.0.0.1:${inspector}/json`)).json()) as {
+      title: string;
+      webSocketDebuggerUrl: string;
+    }[];
+    const worker = targets.find((t) => / sextant$/.test(t.title) || t.title.endsWith("core:user:sextant"));
+    if (!worker) throw new Error(`no inspector target for the Worker among: ${targets.map((t) => t.title).join(", ")}`);
+    if (typeof WebSocket === "undefined") throw new Error("Run with NODE_OPTIONS=--experimental-websocket (Node 20).");
+    const ws = new WebSocket(worker.webSocketDebuggerUrl);
+    await new Promise((resolve, reject) => {
+      ws.addEventListener("open", resolve, { once: true });
+      ws.addEventListener("error", reject, { once: true });
+    });
+    let seq = 0;
+    const waiting = new Map<number, (result: unknown) => void>();
+    ws.addEventListener("message", (event) => {
+      const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
+      if (message.id !== undefined) waiting.get(message.id)?.(message.result);
+    });
+    const send = <T>(method: string, params: object = {}) =>
+      new Promise<T>((resolve) => {
+        waiting.set(++seq, resolve as (r: unknown) => void);
+        ws.send(JSON.stringify({ id: seq, method, params }));
+      });
+    const ids: string[] = [];
+    for (let i = 0; i < Number(values.tasks); i++) {
+      const { id } = await stack.sdk.agents.create({
+        prompt: "Go (agent profile flood)",
+        limits: { turns: 500, tokens: 50_000_000, wallSeconds: 3600 },
+      });
+      await stack.sdk.agents.uploadFiles(id, [{ path: "README.md", content: Buffer.from("# x\n").toString("base64") }]);
+      await stack.sdk.agents.start(id);
+      ids.push(id);
+    }
+    await new Promise((r) => setTimeout(r, 3000));
+    const before = await Promise.all(ids.map(async (id) => (await stack.sdk.agents.get(id)).usage.turns));
+    await send("Profiler.enable");
+    await send("Profiler.setSamplingInterval", { interval: 200 });
+    await send("Profiler.start");
+    await new Promise((r) => setTimeout(r, Number(values.seconds) * 1000));
+    const { profile } = await send<{ profile: Profile }>("Profiler.stop");
+    const after = await Promise.all(ids.map(async (id) => (await stack.sdk.agents.cancel(id)).usage.turns));
+    ws.close();
+    writeFileSync(values.out, JSON.stringify(profile));
+    const turns = after.reduce((a, b) => a + b, 0) - before.reduce((a, b) => a + b, 0);
+    console.log(`${ids.length} agent tasks, about ${turns} turns while profiled; profile in ${values.out}`);
+    console.log(summarize(profile));
+  } finally {
+    await stack.edge.stop();
+  }
+}
