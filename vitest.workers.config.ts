@@ -3,7 +3,9 @@ import { defineConfig } from "vitest/config";
 
 function testLimits() {
   const roomy = { key: { requests: { limit: 100_000, windowSeconds: 60 } } };
-  const classes = Object.fromEntries(["tab", "chat", "apply", "embed", "index", "admin"].map((c) => [c, roomy]));
+  const classes = Object.fromEntries(
+    ["tab", "chat", "apply", "embed", "index", "events", "admin"].map((c) => [c, roomy]),
+  );
   return {
     plans: {
       free: { ...classes, embed: { key: { requests: { limit: 5, windowSeconds: 60 }, concurrency: 2 } } },

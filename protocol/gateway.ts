@@ -46,6 +46,11 @@ export const Endpoint = z
     url: z.url({ protocol: /^https?$/ }),
     /** The model name the backend serves; omitted, the client's model is sent unchanged. */
     model: z.string().min(1).max(256).optional(),
+    /**
+     * The checkpoint it serves, as operators name it (`tab-2026-11-26b`): recorded with each of its
+     * requests in the lake, so that acceptance can be compared checkpoint by checkpoint.
+     */
+    checkpoint: z.string().min(1).max(128).optional(),
     kind: EndpointKind,
     /** Concurrent requests it serves at full speed; the edge never sends it more. */
     capacity: z.number().int().min(1).max(100_000),

@@ -6,7 +6,7 @@
 import { z } from "zod";
 
 /** What a request spends its limits on. */
-export const LIMIT_CLASSES = ["tab", "chat", "apply", "embed", "index", "admin"] as const;
+export const LIMIT_CLASSES = ["tab", "chat", "apply", "embed", "index", "events", "admin"] as const;
 export const LimitClass = z.enum(LIMIT_CLASSES);
 export type LimitClass = z.infer<typeof LimitClass>;
 
@@ -72,6 +72,7 @@ export const AbuseThresholds = z
       apply: { requests: { limit: 2, windowSeconds: 60 } },
       embed: { requests: { limit: 10, windowSeconds: 60 } },
       index: { requests: { limit: 10, windowSeconds: 60 } },
+      events: { requests: { limit: 10, windowSeconds: 60 } },
       admin: { requests: { limit: 10, windowSeconds: 60 } },
     }),
   })
@@ -125,6 +126,7 @@ export const DEFAULT_PLAN_LIMITS: Record<"free" | "pro" | "business", PlanLimits
     apply: { key: { requests: minute(20), concurrency: 2 } },
     embed: { key: { requests: minute(120) } },
     index: { key: { requests: minute(120) } },
+    events: { key: { requests: minute(120) } },
     admin: { key: { requests: minute(30) } },
   },
   pro: {
@@ -136,6 +138,7 @@ export const DEFAULT_PLAN_LIMITS: Record<"free" | "pro" | "business", PlanLimits
     apply: { key: { requests: minute(120), concurrency: 8 } },
     embed: { key: { requests: minute(600) } },
     index: { key: { requests: minute(600) } },
+    events: { key: { requests: minute(600) } },
     admin: { key: { requests: minute(120) } },
   },
   business: {
@@ -147,6 +150,7 @@ export const DEFAULT_PLAN_LIMITS: Record<"free" | "pro" | "business", PlanLimits
     apply: { key: { requests: minute(240), concurrency: 16 } },
     embed: { key: { requests: minute(1_200) } },
     index: { key: { requests: minute(1_200) } },
+    events: { key: { requests: minute(1_200) } },
     admin: { key: { requests: minute(240) } },
   },
 };
@@ -158,9 +162,15 @@ export const LimitsConfig = z
     ipPrefix: z
       .partialRecord(LimitClass, Limits)
       .default({ tab: { requests: minute(3_000) }, chat: { requests: minute(300) }, admin: { requests: minute(60) } }),
-    failure: z
-      .partialRecord(LimitClass, FailureMode)
-      .default({ tab: "open", chat: "open", apply: "open", embed: "open", index: "open", admin: "closed" }),
+    failure: z.partialRecord(LimitClass, FailureMode).default({
+      tab: "open",
+      chat: "open",
+      apply: "open",
+      embed: "open",
+      index: "open",
+      events: "open",
+      admin: "closed",
+    }),
     /** How much of a limit an isolate may hold as a local lease (the fast path); see README. */
     lease: z
       .object({

@@ -121,15 +121,18 @@ export type AdminCreateKeyRequest = z.input<typeof AdminCreateKeyRequest>;
 export const CreateWorkspaceRequest = z.strictObject({ name: label(400) });
 export type CreateWorkspaceRequest = z.input<typeof CreateWorkspaceRequest>;
 
-export const Problem = z.object({
-  type: z.string(),
-  title: z.string(),
-  status: z.number().int(),
-  detail: z.string().optional(),
-  instance: z.string().optional(),
-  code: z.enum(Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]]),
-  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
-});
+export const Problem = z
+  .object({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string().optional(),
+    instance: z.string().optional(),
+    code: z.enum(Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]]),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  // A problem's extension members (`limit`, `refused`, …) stay for the caller to read.
+  .loose();
 export type Problem = z.infer<typeof Problem>;
 
 // Usage metering (`GET /v1/usage`): token counts the inference gateway recorded, summed per UTC day.

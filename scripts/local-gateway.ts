@@ -38,7 +38,7 @@ export function localGatewayConfig(urls: Record<string, string>): GatewayConfigI
   const pool = (role: "tab" | "chat" | "apply" | "embed") => ({
     role,
     models: [LOCAL_MODELS[role]],
-    endpoints: endpoints.map((e) => ({ ...e, model: LOCAL_MODELS[role] })),
+    endpoints: endpoints.map((e) => ({ ...e, model: LOCAL_MODELS[role], checkpoint: `${LOCAL_MODELS[role]}@sim` })),
   });
   const anthropic = {
     id: "sim-anthropic",

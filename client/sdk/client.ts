@@ -1,3 +1,4 @@
+import { z } from "zod";
 import { isWellFormedApiKey } from "../../protocol/api-key.js";
 import { GatewayStatus } from "../../protocol/gateway.js";
 import {
@@ -31,9 +32,14 @@ import {
   type SearchRequest,
   type StageRequest,
 } from "../../protocol/sync.js";
+import { LakeManifest, LakeTable } from "../../protocol/lake.js";
 import { Agents } from "./agents.js";
+import { Events } from "./events.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
+
+const LakePartitions = z.object({ table: LakeTable, day: z.string(), partitions: z.array(LakeManifest) });
+const CompactResult = z.object({ files: z.number().int(), rows: z.number().int(), compacted: z.boolean() });
 
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8787";
 
@@ -84,6 +90,8 @@ export class Sextant {
   readonly http: HttpClient;
   /** Coding-agent tasks: create, upload, start, follow, steer, cancel, diff. */
   readonly agents: Agents;
+  /** Editor events for the lake: `send`, or a background `recorder()`. */
+  readonly events: Events;
 
   constructor(options: SextantOptions = {}) {
     const apiKey = options.apiKey ?? envVar("SEXTANT_API_KEY");
@@ -97,6 +105,7 @@ export class Sextant {
     }
     this.http = transport(apiKey, options);
     this.agents = new Agents(this.http);
+    this.events = new Events(this.http);
   }
 
   get baseURL(): string {
@@ -315,6 +324,36 @@ export class SextantAdmin {
         method: "POST",
         path: `/admin/abuse/${encodeURIComponent(throttleId)}/lift`,
         schema: AbuseThrottle,
+        idempotent: true,
+        ...opts,
+      }),
+  };
+
+  readonly lake = {
+    /** A day's partitions of a table: each hour's manifest (its files, rows, compaction). */
+    partitions: (table: LakeTable, day: string, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "GET",
+        path: "/admin/lake/partitions",
+        query: { table, day },
+        schema: LakePartitions,
+        ...opts,
+      }),
+    /** One Parquet file, by the key its manifest lists. */
+    file: (key: string, opts: PerRequest = {}): Promise<Uint8Array> =>
+      this.http.request({
+        method: "GET",
+        path: `/admin/lake/files/${key.split("/").map(encodeURIComponent).join("/")}`,
+        responseType: "bytes",
+        ...opts,
+      }) as Promise<Uint8Array>,
+    /** Folds a partition's files into one now, rather than at its scheduled time. */
+    compact: (target: { table: LakeTable; day: string; hour: string }, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: "/admin/lake/compact",
+        body: target,
+        schema: CompactResult,
         idempotent: true,
         ...opts,
       }),

@@ -27,6 +27,8 @@ export interface RequestOptions<S extends z.ZodType> {
   /** Overrides the method's default: only idempotent requests are retried after a possible partial effect. */
   idempotent?: boolean;
   headers?: Record<string, string>;
+  /** `bytes`: the 2xx body as it came (a file), not JSON; `schema` is then ignored. */
+  responseType?: "json" | "bytes";
 }
 
 const IDEMPOTENT = new Set(["GET", "PUT", "DELETE"]);
@@ -60,7 +62,10 @@ export class HttpClient {
         }
         throw err;
       }
-      if (response.ok) return this.#parse(response, req.schema);
+      if (response.ok)
+        return req.responseType === "bytes"
+          ? (new Uint8Array(await response.arrayBuffer()) as z.output<S>)
+          : this.#parse(response, req.schema);
       const retryable = RETRY_ANY.has(response.status) || (idempotent && RETRY_IDEMPOTENT.has(response.status));
       if (canRetry && retryable) {
         await response.body?.cancel();

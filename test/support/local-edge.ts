@@ -27,7 +27,7 @@ export async function freePort(): Promise<number> {
  * limits by accident. Rate limits have their own tests (which pass their own `RATE_LIMITS`).
  */
 const roomy = { key: { requests: { limit: 10_000_000, windowSeconds: 60 } } };
-const CLASSES = ["tab", "chat", "apply", "embed", "index", "admin"];
+const CLASSES = ["tab", "chat", "apply", "embed", "index", "events", "admin"];
 const ROOMY_LIMITS = JSON.stringify({
   plans: Object.fromEntries(
     ["free", "pro", "business"].map((plan) => [plan, Object.fromEntries(CLASSES.map((cls) => [cls, roomy]))]),

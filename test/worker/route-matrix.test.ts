@@ -93,6 +93,11 @@ const customerRoutes: Route[] = [
   { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/messages`, body: { content: "x" }, tenant: true },
   { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/cancel`, tenant: true },
   { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}/diff`, tenant: true },
+  {
+    method: "POST",
+    path: () => "/v1/events",
+    body: { events: [{ id: "evt-00000001", type: "tab.rejected", at: Date.now() }] },
+  },
 ];
 
 const adminRoutes: Route[] = [
@@ -109,6 +114,13 @@ const adminRoutes: Route[] = [
   { method: "GET", path: () => "/admin/abuse" },
   { method: "POST", path: () => "/admin/abuse/abt_x/lift" },
   { method: "POST", path: (ids) => `/admin/agents/tasks/${ids.taskId}/restart` },
+  { method: "GET", path: () => "/admin/lake/partitions?table=editor_events&day=2026-01-01" },
+  { method: "GET", path: () => "/admin/lake/files/lake/editor_events/day=2026-01-01/hour=00/part-000001.parquet" },
+  {
+    method: "POST",
+    path: () => "/admin/lake/compact",
+    body: { table: "editor_events", day: "2026-01-01", hour: "00" },
+  },
 ];
 
 const label = (r: Route) =>

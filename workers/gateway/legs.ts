@@ -17,6 +17,15 @@ export type Finish =
   | { outcome: "aborted"; usage: Usage; endpoint?: string }
   | { outcome: "failed"; usage: Usage; endpoint?: string };
 
+/** How the request went, for the edge's own record of it (the lake's `edge_requests`). */
+export interface Trace {
+  startedAt: number;
+  /** When the winning attempt had its first token (a stream) or its whole answer. */
+  firstTokenAt?: number;
+  attempts: number;
+  hedged: boolean;
+}
+
 export interface ProxyRequest {
   gateway: Gateway;
   balancer: Balancer;
@@ -35,7 +44,7 @@ export interface ProxyRequest {
   secrets: Record<string, string | undefined>;
   requestId: string;
   /** Called exactly once, when the request is over (after the last streamed byte). */
-  finish(result: Finish): void;
+  finish(result: Finish, trace: Trace): void;
   waitUntil(promise: Promise<unknown>): void;
   /** Below 1 while a pool ramps up after an outage: the share of capacity this caller may take. */
   capacityShare: number;

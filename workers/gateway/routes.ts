@@ -16,7 +16,8 @@ import { poolClass, type Surface } from "./config.js";
 import { enforceLimits } from "../limits/enforce.js";
 import { tokenReserve } from "../../protocol/limits.js";
 import { meter } from "./metering.js";
-import { proxy, type Finish } from "./proxy.js";
+import { proxy, type Finish, type Trace } from "./proxy.js";
+import { recordRequest } from "../lake/records.js";
 import { fromChatCompletion, ResponsesRequest, toChatRequest } from "./responses.js";
 import { responsesStream } from "./responses-stream.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -131,7 +132,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
 
   const stream = surface !== "embeddings" && body.stream === true;
-  const finish = (result: Finish) => {
+  const finish = (result: Finish, trace: Trace) => {
     balancer.leaveClass(cls);
     limits.chargeTokens(result.usage.promptTokens + result.usage.completionTokens);
     limits.release();
@@ -148,6 +149,35 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
         completionTokens,
         at: Date.now(),
       });
+    const now = Date.now();
+    // The pool's own entry: an endpoint several pools share serves each its own model.
+    const endpoint = result.endpoint ? pool.endpoints.find((e) => e.id === result.endpoint) : undefined;
+    recordRequest(c.env, waitUntil, {
+      record_id: crypto.randomUUID(),
+      request_id: c.get("requestId"),
+      at: now,
+      started_at: trace.startedAt,
+      org_id: org.id,
+      user_id: user.id,
+      key_id: key.id,
+      surface,
+      pool: pool.name,
+      class: cls,
+      model: body.model,
+      served_model: endpoint ? (endpoint.model ?? body.model) : null,
+      checkpoint: endpoint?.checkpoint ?? null,
+      endpoint: endpoint?.id ?? null,
+      region: endpoint?.region ?? null,
+      ttft_ms: trace.firstTokenAt !== undefined ? trace.firstTokenAt - trace.startedAt : null,
+      total_ms: now - trace.startedAt,
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      attempts: trace.attempts,
+      // Attempts past the first that a failure caused (a hedge is a second attempt by design).
+      failovers: Math.max(0, trace.attempts - 1 - (trace.hedged ? 1 : 0)),
+      hedged: trace.hedged,
+      outcome: result.outcome,
+    });
   };
 
   /** What went wrong with the backends, for operators: ids, reasons and counts, never a prompt or an answer. */

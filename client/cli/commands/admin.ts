@@ -4,6 +4,7 @@ import { PLANS, ROLES, type AbuseThrottle } from "../../../protocol/schemas.js";
 import { adminClient, type GlobalOptions } from "../context.js";
 import { parseExpiry, printJson, printTable, shortDate } from "../output.js";
 import { printCreatedKey, printKeys } from "./keys.js";
+import { lakeCommands } from "./lake.js";
 
 const globals = (cmd: Command) => cmd.optsWithGlobals<GlobalOptions>();
 
@@ -11,8 +12,10 @@ export function admin(program: Command): void {
   const admin = program
     .command("admin")
     .description(
-      "Operate an edge: orgs, users, keys, abuse throttles and the gateway's backends (needs its ADMIN_SECRET; found automatically for `npm start`)",
+      "Operate an edge: orgs, users, keys, abuse throttles, the gateway's backends and the lake (needs its ADMIN_SECRET; found automatically for `npm start`)",
     );
+
+  lakeCommands(admin);
 
   const orgs = admin.command("orgs").description("Manage orgs");
   orgs

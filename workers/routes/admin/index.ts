@@ -5,10 +5,11 @@ import { adminAbuse } from "./abuse.js";
 import { adminAgents } from "./agents.js";
 import { adminGateway } from "./gateway.js";
 import { adminKeys } from "./keys.js";
+import { adminLake } from "./lake.js";
 import { adminOrgs } from "./orgs.js";
 import { adminUsers } from "./users.js";
 
-/** The operator surface: orgs, users, keys, abuse throttles, the gateway's backends and agent tasks, behind `ADMIN_SECRET`. */
+/** The operator surface: orgs, users, keys, abuse throttles, the gateway's backends, agent tasks and the lake, behind `ADMIN_SECRET`. */
 export const admin = new Hono<AppEnv>()
   .use(requireAdmin)
   .route("/orgs", adminOrgs)
@@ -16,4 +17,5 @@ export const admin = new Hono<AppEnv>()
   .route("/keys", adminKeys)
   .route("/abuse", adminAbuse)
   .route("/gateway", adminGateway)
-  .route("/agents", adminAgents);
+  .route("/agents", adminAgents)
+  .route("/lake", adminLake);

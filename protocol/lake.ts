@@ -1,0 +1,133 @@
+/**
+ * The lake: what Sextant records, as Parquet on R2, one table per kind of record, partitioned by
+ * UTC day and hour of the record's own time:
+ *
+ *   lake/<table>/day=YYYY-MM-DD/hour=HH/<file>.parquet
+ *   lake/<table>/day=YYYY-MM-DD/hour=HH/_manifest.json
+ *
+ * The tables' columns are fixed here, shared by the edge that writes them, the admin API that lists
+ * them and the CLI that exports them. No column holds code, a prompt, a completion or a path.
+ */
+import { z } from "zod";
+
+export type ColumnType = "STRING" | "TIMESTAMP" | "INT32" | "DOUBLE" | "BOOLEAN";
+
+export interface Column {
+  name: string;
+  type: ColumnType;
+}
+
+const c = (name: string, type: ColumnType): Column => ({ name, type });
+
+/** Editor events (`POST /v1/events`), one row per event id and org. */
+const EDITOR_EVENTS: Column[] = [
+  c("event_id", "STRING"),
+  c("type", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("received_at", "TIMESTAMP"),
+  c("org_id", "STRING"),
+  c("user_id", "STRING"),
+  c("key_id", "STRING"),
+  c("request_id", "STRING"),
+  c("session_id", "STRING"),
+  c("model", "STRING"),
+  c("language", "STRING"),
+  c("file_id", "STRING"),
+  c("client", "STRING"),
+  c("shown_chars", "INT32"),
+  c("shown_lines", "INT32"),
+  c("latency_ms", "INT32"),
+  c("accepted_chars", "INT32"),
+  c("partial", "BOOLEAN"),
+  c("after_s", "INT32"),
+  c("retained_ratio", "DOUBLE"),
+  c("rating", "STRING"),
+  c("lines_changed", "INT32"),
+  c("task_id", "STRING"),
+  c("outcome", "STRING"),
+  c("content_key_id", "STRING"),
+  c("content", "STRING"),
+];
+
+/** The edge's own record of each model request through the gateway, joined to events by `request_id`. */
+const EDGE_REQUESTS: Column[] = [
+  c("record_id", "STRING"),
+  c("request_id", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("started_at", "TIMESTAMP"),
+  c("org_id", "STRING"),
+  c("user_id", "STRING"),
+  c("key_id", "STRING"),
+  c("surface", "STRING"),
+  c("pool", "STRING"),
+  c("class", "STRING"),
+  c("model", "STRING"),
+  c("served_model", "STRING"),
+  c("checkpoint", "STRING"),
+  c("endpoint", "STRING"),
+  c("region", "STRING"),
+  c("ttft_ms", "INT32"),
+  c("total_ms", "INT32"),
+  c("prompt_tokens", "INT32"),
+  c("completion_tokens", "INT32"),
+  c("attempts", "INT32"),
+  c("failovers", "INT32"),
+  c("hedged", "BOOLEAN"),
+  c("outcome", "STRING"),
+];
+
+export const LAKE_TABLES = {
+  editor_events: { columns: EDITOR_EVENTS, id: "event_id" },
+  edge_requests: { columns: EDGE_REQUESTS, id: "record_id" },
+} as const satisfies Record<string, { columns: Column[]; id: string }>;
+
+export type LakeTable = keyof typeof LAKE_TABLES;
+export const LakeTable = z.enum(Object.keys(LAKE_TABLES) as [LakeTable, ...LakeTable[]]);
+
+/** One row as it travels the queue: column name to value; an absent column is null. */
+export type LakeRow = Record<string, string | number | boolean | null | undefined>;
+
+/** One queue message: rows of one table (a message never mixes tables). */
+export interface LakeMessage {
+  v: 1;
+  table: LakeTable;
+  rows: LakeRow[];
+}
+
+export const LakeDay = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, "a UTC day, YYYY-MM-DD");
+export const LakeHour = z.string().regex(/^([01]\d|2[0-3])$/, "an hour, 00 to 23");
+
+export interface Partition {
+  table: LakeTable;
+  day: string;
+  hour: string;
+}
+
+/** The partition a row's time falls in. */
+export function partitionOf(table: LakeTable, at: number): Partition {
+  const iso = new Date(at).toISOString();
+  return { table, day: iso.slice(0, 10), hour: iso.slice(11, 13) };
+}
+
+export const partitionName = (p: Partition) => `${p.table}/${p.day}/${p.hour}`;
+export const partitionPrefix = (p: Partition) => `lake/${p.table}/day=${p.day}/hour=${p.hour}/`;
+
+/** A partition's manifest (`_manifest.json`): its files as the writer committed them. */
+export const LakeManifest = z.object({
+  table: LakeTable,
+  day: LakeDay,
+  hour: LakeHour,
+  rows: z.number().int(),
+  files: z.array(
+    z.object({
+      key: z.string(),
+      rows: z.number().int(),
+      bytes: z.number().int(),
+      kind: z.enum(["part", "compacted"]),
+      createdAt: z.string(),
+    }),
+  ),
+  compactedAt: z.string().nullable(),
+  updatedAt: z.string(),
+});
+export type LakeManifest = z.infer<typeof LakeManifest>;

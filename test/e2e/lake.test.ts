@@ -1,0 +1,216 @@
+/**
+ * The data pipeline end to end, on a local edge whose lake fails on purpose (`LAKE_FAULT_EVERY`):
+ * partition writes that die between writing their file and committing it, and consumer batches
+ * redelivered after they were written. The lake must still hold each event exactly once, readable
+ * by DuckDB from the files `sextant admin lake export` downloads.
+ */
+import { mkdtempSync, readdirSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DuckDBInstance } from "@duckdb/node-api";
+import OpenAI from "openai";
+import { describe, expect, it } from "vitest";
+import { Sextant, SextantAdmin, TabSession } from "../../client/sdk/index.js";
+import type { EditorEvent } from "../../protocol/events.js";
+import { partitionOf, type LakeTable } from "../../protocol/lake.js";
+import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
+import { edgeWithCliForSuite, savedLocalEdge } from "../support/local-edge.js";
+
+const HOUR = 3_600_000;
+
+async function query(sql: string): Promise<Record<string, unknown>[]> {
+  const db = await DuckDBInstance.create(":memory:");
+  const connection = await db.connect();
+  try {
+    const rows = (await connection.runAndReadAll(sql)).getRowObjectsJS();
+    return rows.map((row) =>
+      Object.fromEntries(Object.entries(row).map(([k, v]) => [k, typeof v === "bigint" ? Number(v) : v])),
+    );
+  } finally {
+    connection.closeSync();
+  }
+}
+
+function files(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const name of readdirSync(d)) {
+      const p = join(d, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (name.endsWith(".parquet")) out.push(p);
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+describe("the lake", { timeout: 600_000 }, () => {
+  const suite = edgeWithCliForSuite({ LAKE_FAULT_EVERY: "3" });
+  const clients = () => {
+    const saved = savedLocalEdge(suite.edge);
+    return {
+      sextant: new Sextant({ baseURL: saved.baseURL, apiKey: saved.apiKey }),
+      admin: new SextantAdmin({ baseURL: saved.baseURL, adminSecret: saved.adminSecret }),
+      openai: new OpenAI({ baseURL: `${saved.baseURL}/v1`, apiKey: saved.apiKey, maxRetries: 0 }),
+    };
+  };
+
+  /** Rows of `table` in the hours of `at`, summed over their manifests. */
+  async function lakeRows(admin: SextantAdmin, table: LakeTable, hours: number[]): Promise<number> {
+    let rows = 0;
+    const days = new Map<string, Set<string>>();
+    for (const at of hours) {
+      const { day, hour } = partitionOf(table, at);
+      days.set(day, (days.get(day) ?? new Set()).add(hour));
+    }
+    for (const [day, wanted] of days) {
+      const { partitions } = await admin.lake.partitions(table, day);
+      for (const p of partitions) if (wanted.has(p.hour)) rows += p.rows;
+    }
+    return rows;
+  }
+
+  async function waitFor(check: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + 240_000;
+    while (Date.now() < deadline) {
+      if (await check()) return;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    throw new Error(`timed out waiting for ${what}`);
+  }
+
+  it("joins a tab session's events to the edge's record of each request", async () => {
+    const { sextant, admin, openai } = clients();
+    const recorder = sextant.events.recorder({ flushIntervalMs: 200 });
+    const session = new TabSession(openai, { events: recorder });
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const completion = await session.complete({
+        model: LOCAL_MODELS.tab,
+        prompt: `def step_${i}(x):\n    `,
+        max_tokens: 8,
+      });
+      ids.push(completion.id);
+      session.shown(completion, { shown_chars: completion.choices[0]!.text.length, latency_ms: 40 });
+      if (i < 3) session.accepted(completion, i === 0 ? { accepted_chars: 2, partial: true } : {});
+      else session.rejected(completion);
+    }
+    await recorder.close();
+    expect(recorder.refused).toBe(0);
+    const now = Date.now();
+    await waitFor(async () => (await lakeRows(admin, "editor_events", [now])) >= 12, "the session's events");
+    await waitFor(async () => (await lakeRows(admin, "edge_requests", [now])) >= 6, "the edge's records");
+
+    const out = mkdtempSync(join(tmpdir(), "sextant-lake-"));
+    const day = new Date(now).toISOString().slice(0, 10);
+    const exported = suite.cli(["--json", "admin", "lake", "export", "--day", day, "--out", out]);
+    expect(exported.code, exported.stderr).toBe(0);
+    const events = `read_parquet('${out}/editor_events/**/*.parquet', hive_partitioning = true)`;
+    const requests = `read_parquet('${out}/edge_requests/**/*.parquet', hive_partitioning = true)`;
+    const joined = await query(`
+      SELECT e.type, e.accepted_chars, e.partial, r.pool, r.class, r.model, r.served_model, r.checkpoint,
+             r.endpoint, r.region, r.ttft_ms, r.total_ms, r.completion_tokens, r.outcome
+      FROM ${events} e JOIN ${requests} r USING (request_id)
+      WHERE e.session_id = '${session.id}' ORDER BY e.at`);
+    expect(joined).toHaveLength(12);
+    expect(joined.filter((r) => r.type === "tab.shown")).toHaveLength(6);
+    expect(joined.filter((r) => r.type === "tab.accepted")).toHaveLength(3);
+    expect(joined.filter((r) => r.type === "tab.rejected")).toHaveLength(3);
+    expect(joined.find((r) => r.partial === true)?.accepted_chars).toBe(2);
+    for (const row of joined) {
+      expect(row).toMatchObject({
+        pool: "tab",
+        class: "tab",
+        model: LOCAL_MODELS.tab,
+        served_model: LOCAL_MODELS.tab,
+        checkpoint: `${LOCAL_MODELS.tab}@sim`,
+        outcome: "completed",
+      });
+      expect(["sim-us-east", "sim-eu-west"]).toContain(row.endpoint);
+      expect(["us-east", "eu-west"]).toContain(row.region);
+      expect(row.ttft_ms).toBeGreaterThanOrEqual(0);
+      expect(row.total_ms as number).toBeGreaterThanOrEqual(row.ttft_ms as number);
+      expect(row.completion_tokens).toBeGreaterThan(0);
+    }
+  });
+
+  it("keeps 100,000 events exactly once through duplicates and forced redeliveries, compacted to a file per hour", async () => {
+    const { sextant, admin } = clients();
+    const now = Date.now();
+    // Three whole hours in the past, so that no other test's events share their partitions.
+    const hours = [now - 10 * HOUR, now - 11 * HOUR, now - 12 * HOUR];
+    const unique = 99_000;
+    const events: EditorEvent[] = [];
+    const types = ["tab.shown", "tab.accepted", "tab.rejected", "tab.ignored"] as const;
+    for (let i = 0; i < unique; i++) {
+      const base = hours[i % 3]!;
+      const start = base - (base % HOUR);
+      events.push({
+        id: `evt-${i.toString(36).padStart(8, "0")}-${(i * 7919).toString(36)}`,
+        type: types[i % 4]!,
+        at: start + ((i * 37) % HOUR),
+        request_id: `req-${i}`,
+        session_id: `session-${i % 50}`,
+        model: LOCAL_MODELS.tab,
+        language: ["typescript", "python", "go"][i % 3],
+      } as EditorEvent);
+    }
+    // 1% sent twice, in later requests.
+    const sent = [...events];
+    for (let i = 0; i < unique / 100; i++) sent.splice(((i + 1) * 997) % sent.length, 0, events[(i * 101) % unique]!);
+    const malformed = { id: "evt-malformed-1", type: "tab.shown", at: now, prompt: "def secret():" };
+    let accepted = 0;
+    for (let i = 0; i < sent.length; i += 500) {
+      const batch: unknown[] = sent.slice(i, i + 500);
+      if (i === 0) batch.splice(3, 0, malformed);
+      const answer = await sextant.events.send(batch as EditorEvent[]);
+      if (i === 0)
+        expect(answer.refused.map((r) => [r.index, r.id, r.code])).toEqual([[3, "evt-malformed-1", "invalid_event"]]);
+      else expect(answer.refused).toEqual([]);
+      accepted += answer.accepted;
+    }
+    expect(accepted).toBeGreaterThanOrEqual(unique);
+
+    await waitFor(async () => (await lakeRows(admin, "editor_events", hours)) >= unique, "every event in the lake");
+    expect(await lakeRows(admin, "editor_events", hours)).toBe(unique);
+    // The faults happened: writes that died before their commit, and batches delivered again.
+    const log = suite.edge.output();
+    expect(log).toContain("injected lake fault");
+    expect(log).toContain("lake batch redelivered on purpose");
+
+    for (const at of hours) {
+      const { day, hour } = partitionOf("editor_events", at);
+      await admin.lake.compact({ table: "editor_events", day, hour });
+    }
+    const out = mkdtempSync(join(tmpdir(), "sextant-lake-"));
+    for (const at of new Set(hours.map((h) => new Date(h).toISOString().slice(0, 10)))) {
+      const exported = suite.cli(["admin", "lake", "export", "--table", "editor_events", "--day", at, "--out", out]);
+      expect(exported.code, exported.stderr).toBe(0);
+    }
+    const wanted = new Set(hours.map((h) => partitionOf("editor_events", h)).map((p) => `${p.day}/${p.hour}`));
+    const parquet = files(out).filter((f) => {
+      const m = /day=([\d-]+)\/hour=(\d\d)\//.exec(f);
+      return m && wanted.has(`${m[1]}/${m[2]}`);
+    });
+    expect(parquet).toHaveLength(3);
+
+    const list = `[${parquet.map((f) => `'${f}'`).join(",")}]`;
+    const [counts] = await query(
+      `SELECT count(*) AS n, count(DISTINCT event_id) AS ids FROM read_parquet(${list}, hive_partitioning = true)`,
+    );
+    expect(counts).toEqual({ n: unique, ids: unique });
+    const [{ missing }] = (await query(
+      `SELECT count(*) AS missing FROM (VALUES ${events
+        .slice(0, 2_000)
+        .map((e) => `('${e.id}')`)
+        .join(",")}) AS t(id) WHERE id NOT IN (SELECT event_id FROM read_parquet(${list}))`,
+    )) as [{ missing: number }];
+    expect(missing).toBe(0);
+
+    // Parquet against the same rows as JSON lines.
+    const rows = await query(`SELECT * FROM read_parquet(${list})`);
+    const json = rows.reduce((n, r) => n + Buffer.byteLength(JSON.stringify(r)) + 1, 0);
+    const bytes = parquet.reduce((n, f) => n + statSync(f).size, 0);
+    expect(json / bytes).toBeGreaterThanOrEqual(5);
+  });
+});

@@ -1,0 +1,269 @@
+import { createExecutionContext, createMessageBatch, env, getQueueResult } from "cloudflare:test";
+import { parquetReadObjects } from "hyparquet";
+import { describe, expect, it } from "vitest";
+import { EventsResponse, MAX_EVENTS_PER_BATCH } from "../../protocol/events.js";
+import { LakeManifest, partitionOf } from "../../protocol/lake.js";
+import worker from "../../workers/index.js";
+import { adminCall, call, createAccount, expectJson, expectProblem } from "./harness.js";
+
+const tabShown = (at: number, extra: Record<string, unknown> = {}) => ({
+  id: crypto.randomUUID(),
+  type: "tab.shown",
+  at,
+  request_id: `req-${crypto.randomUUID()}`,
+  model: "tab-test",
+  language: "typescript",
+  shown_chars: 42,
+  latency_ms: 80,
+  ...extra,
+});
+
+async function partition(table: string, at: number): Promise<LakeManifest | undefined> {
+  const { day, hour } = partitionOf("editor_events", at);
+  const res = await adminCall(`/lake/partitions?table=${table}&day=${day}`);
+  expect(res.status).toBe(200);
+  const { partitions } = (await res.json()) as { partitions: LakeManifest[] };
+  return partitions.find((p) => p.hour === hour);
+}
+
+/** Waits for the queue's consumer to bring a partition to `rows` rows. */
+async function rowsReach(at: number, rows: number): Promise<LakeManifest> {
+  for (let i = 0; i < 300; i++) {
+    const found = await partition("editor_events", at);
+    if (found && found.rows >= rows) return found;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`the partition never reached ${rows} rows`);
+}
+
+async function lakeRows(manifest: LakeManifest): Promise<Record<string, unknown>[]> {
+  const rows: Record<string, unknown>[] = [];
+  for (const file of manifest.files) {
+    const res = await adminCall(`/lake/files/${file.key}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("Content-Type")).toBe("application/vnd.apache.parquet");
+    rows.push(...(await parquetReadObjects({ file: await res.arrayBuffer() })));
+  }
+  return rows;
+}
+
+// The queue delivers a batch up to `max_batch_timeout` (5 s) after its first message.
+describe("POST /v1/events", { timeout: 60_000 }, () => {
+  it("takes good events, refuses each bad one with its reason, and the lake keeps one row per id", async () => {
+    const { key, org } = await createAccount();
+    // An hour of its own, so that nothing else this file sends lands in the same partition.
+    const at = Date.now() - 3 * 3_600_000;
+    const good = [
+      tabShown(at),
+      tabShown(at + 1),
+      { id: crypto.randomUUID(), type: "tab.accepted", at, accepted_chars: 10, partial: true },
+    ];
+    const batch = [
+      ...good,
+      { ...tabShown(at), prompt: "const secret = 1" },
+      { ...tabShown(at), file: "src/app.ts" },
+      { ...tabShown(at), file_id: "src/app.ts" },
+      tabShown(Date.now() - 30 * 86_400_000),
+      tabShown(at, { content: { key_id: "k1", ciphertext: "AAAA" } }),
+      { ...good[0] },
+      { type: "tab.shown", at },
+      { id: crypto.randomUUID(), type: "tab.teleported", at },
+    ];
+    const res = await call("/v1/events", { token: key.key, body: { events: batch } });
+    const answer = await expectJson(res, 202, EventsResponse);
+    expect(answer.accepted).toBe(3);
+    expect(answer.duplicates).toBe(1);
+    expect(answer.refused.map((r) => [r.index, r.code])).toEqual([
+      [3, "invalid_event"],
+      [4, "invalid_event"],
+      [5, "invalid_event"],
+      [6, "event_time_out_of_range"],
+      [7, "content_not_enabled"],
+      [9, "invalid_event"],
+      [10, "invalid_event"],
+    ]);
+    expect(answer.refused[0]!.detail).toContain("prompt");
+    expect(answer.refused[2]!.errors?.[0]?.path).toBe("file_id");
+    expect(answer.refused[5]!.id).toBeNull();
+
+    const manifest = await rowsReach(at, 3);
+    expect(manifest.rows).toBe(3);
+    const rows = await lakeRows(manifest);
+    expect(rows.map((r) => r.event_id).sort()).toEqual(good.map((e) => e.id).sort());
+    for (const row of rows) {
+      expect(row.org_id).toBe(org.id);
+      expect(row.key_id).toBe(key.id);
+    }
+    const accepted = rows.find((r) => r.type === "tab.accepted")!;
+    expect(accepted).toMatchObject({ accepted_chars: 10, partial: true, shown_chars: null });
+    expect((accepted.at as Date).getTime()).toBe(at);
+
+    // The same events again (a client's retry): taken, and still one row each.
+    const again = await expectJson(
+      await call("/v1/events", { token: key.key, body: { events: [...good, tabShown(at + 2)] } }),
+      202,
+      EventsResponse,
+    );
+    expect(again.accepted).toBe(4);
+    const after = await rowsReach(at, 4);
+    expect(after.rows).toBe(4);
+    expect(new Set((await lakeRows(after)).map((r) => r.event_id)).size).toBe(4);
+  });
+
+  it("keeps another org's event with the same id as a row of its own", async () => {
+    const a = await createAccount();
+    const b = await createAccount();
+    const at = Date.now() - 5 * 3_600_000;
+    const event = tabShown(at);
+    for (const account of [a, b])
+      await expectJson(
+        await call("/v1/events", { token: account.key.key, body: { events: [event] } }),
+        202,
+        EventsResponse,
+      );
+    const manifest = await rowsReach(at, 2);
+    const rows = await lakeRows(manifest);
+    expect(rows.map((r) => r.org_id).sort()).toEqual([a.org.id, b.org.id].sort());
+  });
+
+  it("compacts a partition's files into one, with every row kept", async () => {
+    const { key } = await createAccount();
+    const at = Date.now() - 7 * 3_600_000;
+    const sent: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const events = Array.from({ length: 50 }, (_, j) => tabShown(at + i * 100 + j));
+      sent.push(...events.map((e) => e.id));
+      await expectJson(await call("/v1/events", { token: key.key, body: { events } }), 202, EventsResponse);
+      await rowsReach(at, (i + 1) * 50);
+    }
+    const before = (await partition("editor_events", at))!;
+    expect(before.files.length).toBe(3);
+    const { day, hour } = partitionOf("editor_events", at);
+    // A file written and never committed (its writer died, and no retry came back here).
+    const orphan = `lake/editor_events/day=${day}/hour=${hour}/part-999999.parquet`;
+    await env.LAKE.put(orphan, "PAR1");
+    const res = await adminCall("/lake/compact", { body: { table: "editor_events", day, hour } });
+    expect(await res.json()).toEqual({ files: 1, rows: 150, compacted: true });
+    const after = (await partition("editor_events", at))!;
+    expect(after.files.map((f) => f.kind)).toEqual(["compacted"]);
+    expect(after.compactedAt).not.toBeNull();
+    expect((await lakeRows(after)).map((r) => r.event_id).sort()).toEqual(sent.sort());
+    for (const file of before.files) expect(await env.LAKE.head(file.key)).toBeNull();
+    expect(await env.LAKE.head(orphan)).toBeNull();
+    // A second compaction of one file does nothing.
+    const again = await adminCall("/lake/compact", { body: { table: "editor_events", day, hour } });
+    expect(await again.json()).toEqual({ files: 1, rows: 150, compacted: false });
+  });
+
+  it("refuses requests without a valid key, malformed bodies and oversized batches", async () => {
+    const { key } = await createAccount();
+    const one = { events: [tabShown(Date.now())] };
+    await expectProblem(await call("/v1/events", { body: one }), 401, "unauthenticated");
+    await expectProblem(await call("/v1/events", { token: "sx_live_nope", body: one }), 401, "unauthenticated");
+    await expectProblem(await call("/v1/events", { token: key.key, body: "{not json" }), 400, "invalid_request");
+    await expectProblem(
+      await call("/v1/events", {
+        token: key.key,
+        body: JSON.stringify(one),
+        headers: { "Content-Type": "text/plain" },
+      }),
+      415,
+      "unsupported_media_type",
+    );
+    await expectProblem(await call("/v1/events", { token: key.key, body: { events: [] } }), 400, "invalid_request");
+    await expectProblem(
+      await call("/v1/events", { token: key.key, body: [tabShown(Date.now())] }),
+      400,
+      "invalid_request",
+    );
+    const many = Array.from({ length: MAX_EVENTS_PER_BATCH + 1 }, () => tabShown(Date.now()));
+    await expectProblem(await call("/v1/events", { token: key.key, body: { events: many } }), 400, "invalid_request");
+    const huge = { events: [tabShown(Date.now(), { client: "x".repeat(Number(env.MAX_BODY_BYTES)) })] };
+    await expectProblem(await call("/v1/events", { token: key.key, body: huge }), 413, "payload_too_large");
+    // Nothing good in it: a 400 that still lists each event's reason.
+    const none = await expectProblem(
+      await call("/v1/events", {
+        token: key.key,
+        body: { events: [{ id: "short", type: "tab.shown", at: Date.now() }] },
+      }),
+      400,
+      "invalid_request",
+    );
+    expect((none.refused as { code: string; id: string }[])[0]).toMatchObject({ code: "invalid_event", id: "short" });
+  });
+});
+
+describe("/admin/lake", () => {
+  it("needs the admin secret and names only lake files", async () => {
+    const { key } = await createAccount();
+    await expectProblem(
+      await call("/admin/lake/partitions?table=editor_events&day=2026-01-01"),
+      401,
+      "unauthenticated",
+    );
+    await expectProblem(
+      await call("/admin/lake/partitions?table=editor_events&day=2026-01-01", { token: key.key }),
+      403,
+      "forbidden",
+    );
+    await expectProblem(await adminCall("/lake/partitions?table=secrets&day=2026-01-01"), 400, "invalid_request");
+    await expectProblem(await adminCall("/lake/files/dead-letter/day=2026-01-01/x.json"), 400, "invalid_request");
+    await expectProblem(
+      await adminCall("/lake/files/lake%2Feditor_events%2Fday=2026-01-01%2Fhour=00%2F..%2F..%2Fx.parquet"),
+      400,
+      "invalid_request",
+    );
+    await expectProblem(
+      await adminCall("/lake/files/lake/editor_events/day=2020-01-01/hour=00/part-000001.parquet"),
+      404,
+      "not_found",
+    );
+    await expectProblem(
+      await adminCall("/lake/compact", { body: { table: "editor_events", day: "2020-01-01", hour: "00" } }),
+      404,
+      "not_found",
+    );
+    await expectProblem(
+      await adminCall("/lake/compact", { body: { table: "editor_events", day: "2020-01-01", hour: "24" } }),
+      400,
+      "invalid_request",
+    );
+  });
+});
+
+describe("the records queue's consumer", () => {
+  const message = (id: string, body: unknown) => ({ id, timestamp: new Date(), attempts: 1, body });
+
+  it("writes a message's rows and acknowledges it; keeps a message it can never write as a dead letter", async () => {
+    const at = Date.now() - 9 * 3_600_000;
+    const good = message("msg-good", {
+      v: 1,
+      table: "editor_events",
+      rows: [{ event_id: "evt-consumer-1", type: "tab.ignored", at, org_id: "org_x", received_at: at }],
+    });
+    const bogus = message("msg-bogus", { v: 1, table: "secrets", rows: [] });
+    const batch = createMessageBatch("sextant-records", [good, bogus]);
+    const ctx = createExecutionContext();
+    await worker.queue(batch, env);
+    const result = await getQueueResult(batch, ctx);
+    expect(result.explicitAcks.sort()).toEqual(["msg-bogus", "msg-good"]);
+    expect(result.retryMessages).toEqual([]);
+    expect((await partition("editor_events", at))?.rows).toBe(1);
+    const day = new Date().toISOString().slice(0, 10);
+    const kept = await env.LAKE.get(`dead-letter/day=${day}/msg-bogus.json`);
+    expect(await kept?.json()).toMatchObject({ queue: "sextant-records", id: "msg-bogus", body: { table: "secrets" } });
+  });
+
+  it("keeps what the dead-letter queue delivers, and acknowledges it", async () => {
+    const dead = message("msg-dead", { v: 1, table: "editor_events", rows: [{ event_id: "evt-dead-1" }] });
+    const batch = createMessageBatch("sextant-records-dlq", [dead]);
+    const ctx = createExecutionContext();
+    await worker.queue(batch, env);
+    expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual(["msg-dead"]);
+    const day = new Date().toISOString().slice(0, 10);
+    expect(await (await env.LAKE.get(`dead-letter/day=${day}/msg-dead.json`))?.json()).toMatchObject({
+      queue: "sextant-records-dlq",
+      body: { rows: [{ event_id: "evt-dead-1" }] },
+    });
+  });
+});
