@@ -173,8 +173,8 @@ describe("agent tasks on an archive", () => {
     expect(task.startedAt).not.toBeNull();
   });
 
-  it("keeps the archive's URL sealed: not in storage or the edge's log", () => {
-    expect(scanDirectoryFor(join(stack.edge.persistTo, "v3"), [SECRET_PATH, base])).toEqual([]);
+  it("keeps the archive's URL sealed: not in storage or the edge's log", async () => {
+    expect(await scanDirectoryFor(join(stack.edge.persistTo, "v3"), [SECRET_PATH, base])).toEqual([]);
     expect(stack.edge.output()).not.toContain(SECRET_PATH);
   });
 

@@ -211,14 +211,14 @@ describe("codebase_search in an agent task", () => {
     expect([theirs.status, (theirs.json as { code: string }).code]).toEqual([404, "not_found"]);
   });
 
-  it("keeps the workspace secret and its vector key out of storage and the edge's log", () => {
+  it("keeps the workspace secret and its vector key out of storage and the edge's log", async () => {
     const registry = JSON.parse(readFileSync(join(stack.env.SEXTANT_CONFIG_DIR!, "workspaces.json"), "utf8")) as {
       workspaces: { secret: string }[];
     };
     const secrets = registry.workspaces.map((e) => WorkspaceSecret.parse(e.secret));
     expect(secrets.length).toBeGreaterThan(0);
     const needles = secrets.flatMap((s) => [s.toString(), s.bytes.toString("base64url"), s.vectorKey]);
-    expect(scanDirectoryFor(join(stack.edge.persistTo, "v3"), needles)).toEqual([]);
+    expect(await scanDirectoryFor(join(stack.edge.persistTo, "v3"), needles)).toEqual([]);
     const log = stack.edge.output();
     expect(needles.filter((n) => log.includes(n))).toEqual([]);
   });

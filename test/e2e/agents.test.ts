@@ -149,7 +149,7 @@ describe("agent tasks through npm start", () => {
     expect(after[2]!.data!.content).toMatch(/has no turn 4/);
   });
 
-  it("keeps none of the tasks' code, prompts or paths in storage or the edge's log", () => {
+  it("keeps none of the tasks' code, prompts or paths in storage or the edge's log", async () => {
     const needles = fixtures.flatMap((f) => [
       f.prompt,
       ...Object.keys(f.changed),
@@ -167,10 +167,10 @@ describe("agent tasks through npm start", () => {
     // The scan reads where the tasks are kept: their ids (not secret) are found there, in D1 and in
     // the task objects' own storage.
     expect(taskIds.length).toBeGreaterThanOrEqual(10);
-    const found = scanDirectoryFor(storage, [taskIds[0]!]);
+    const found = await scanDirectoryFor(storage, [taskIds[0]!]);
     expect(found.some((hit) => hit.includes("/d1/"))).toBe(true);
     expect(found.some((hit) => hit.includes("/do/"))).toBe(true);
-    expect(scanDirectoryFor(storage, [...new Set(needles)])).toEqual([]);
+    expect(await scanDirectoryFor(storage, [...new Set(needles)])).toEqual([]);
     const log = stack.edge.output();
     expect(needles.filter((n) => log.includes(n))).toEqual([]);
   });

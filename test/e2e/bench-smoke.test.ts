@@ -5,6 +5,7 @@ import type { AddressInfo } from "node:net";
 import { cpus } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { reportAgentBench, runAgentBench } from "../../bench/agents.js";
+import { reportLake, runLakeBench } from "../../bench/lake.js";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { rng } from "../../bench/code-fixture.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
@@ -528,4 +529,15 @@ describe("sandbox host benchmarks (smoke)", () => {
     expect(run.stdout).toMatch(/direct: `true` median [\d.]+ ms/);
     expect(run.stdout).toMatch(/bubblewrap: (`true` median [\d.]+ ms|cannot run here)/);
   }, 150_000);
+
+  it("lake measures ingest against a baseline, freshness, CPU per 1,000 events and the lake's size", async () => {
+    const result = await runLakeBench(1_000, 1);
+    expect(result.events).toBe(1_000);
+    expect(result.freshnessMs).toHaveLength(1);
+    expect(result.files).toBe(1);
+    expect(result.parquetBytes).toBeGreaterThan(0);
+    const text = reportLake(result);
+    expect(text).toMatch(/ingest \/ me, p95: [\d.]+x/);
+    expect(text).toMatch(/after compaction: 1 file for 1 table-hour; .* [\d.]+x smaller/);
+  }, 180_000);
 });

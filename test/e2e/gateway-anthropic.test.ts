@@ -409,7 +409,7 @@ describe("Anthropic endpoints behind the OpenAI-compatible edge", () => {
     for await (const _ of stream) void _;
     await sleep(500);
     const needles = ["settleAnthropicLedgerAcrossShards", ANTHROPIC_SECRET, gw.apiKey];
-    expect(scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
+    expect(await scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
     for (const needle of needles) expect(gw.edge.output()).not.toContain(needle);
   });
 

@@ -2,7 +2,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Sextant } from "../../client/sdk/client.js";
 import { TabSession } from "../../client/sdk/tab-session.js";
-import { scanDirectoryFor } from "../support/storage-scan.js";
+import { parquetFilesUnder, scanDirectoryFor } from "../support/storage-scan.js";
 import { LONDON, VIRGINIA, sleep, startGateway, until, type GatewayFixture } from "../support/gateway.js";
 
 /** A streamed tab completion of three tokens, for the tests that read the raw SSE. */
@@ -391,9 +391,10 @@ describe("the inference gateway with the openai SDK", () => {
     });
     for await (const _ of stream) void _;
     await gw.openai().completions.create({ model: "tab-sim", prompt: code, suffix: "}", max_tokens: 2 });
-    await sleep(500);
+    // The requests' records have reached the lake, whose Parquet files the scan decodes.
+    await until("the lake's first file", async () => parquetFilesUnder(gw.edge.persistTo) > 0 || undefined);
     const needles = ["reconcileLedgerEntriesAcrossShards", POOL_SECRET, gw.apiKey];
-    expect(scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
+    expect(await scanDirectoryFor(gw.edge.persistTo, needles)).toEqual([]);
     for (const needle of needles) expect(gw.edge.output()).not.toContain(needle);
   });
 

@@ -24,7 +24,7 @@ describe("workspace CLI end to end", () => {
     await edge?.stop();
   });
 
-  it("indexes a directory, reports what changed, and keeps paths private", () => {
+  it("indexes a directory, reports what changed, and keeps paths private", async () => {
     const dir = makeTree({
       ".gitignore": "dist/\n",
       "celestial/orbital-mechanics.ts": "export const apogee = 1;",
@@ -47,7 +47,7 @@ describe("workspace CLI end to end", () => {
     expect(JSON.parse(cli(["--json", "status", join(dir, "celestial")]).stdout).inSync).toBe(true);
 
     const names = [basename(dir), "orbital-mechanics", "helpers", "new-file", "celestial", "apogee", "do-not-upload"];
-    expect(scanDirectoryFor(edge.persistTo, names)).toEqual([]);
+    expect(await scanDirectoryFor(edge.persistTo, names)).toEqual([]);
   });
 
   it("shares a workspace with a teammate's clone through key export and import", () => {

@@ -15,6 +15,7 @@ import type { EditorEvent } from "../../protocol/events.js";
 import { partitionOf, type LakeTable } from "../../protocol/lake.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 import { edgeWithCliForSuite, savedLocalEdge } from "../support/local-edge.js";
+import { parquetFilesUnder, scanDirectoryFor } from "../support/storage-scan.js";
 
 const HOUR = 3_600_000;
 
@@ -132,6 +133,10 @@ describe("the lake", { timeout: 600_000 }, () => {
       expect(row.total_ms as number).toBeGreaterThanOrEqual(row.ttft_ms as number);
       expect(row.completion_tokens).toBeGreaterThan(0);
     }
+
+    // The prompts went through the gateway and their records into the lake; no prompt did.
+    expect(parquetFilesUnder(suite.edge.persistTo)).toBeGreaterThan(0);
+    expect(await scanDirectoryFor(suite.edge.persistTo, ["def step_0(x)", "def step_5(x)"])).toEqual([]);
   });
 
   it("keeps 100,000 events exactly once through duplicates and forced redeliveries, compacted to a file per hour", async () => {
@@ -177,6 +182,7 @@ describe("the lake", { timeout: 600_000 }, () => {
     const log = suite.edge.output();
     expect(log).toContain("injected lake fault");
     expect(log).toContain("lake batch redelivered on purpose");
+    expect(await scanDirectoryFor(suite.edge.persistTo, ["def secret():"])).toEqual([]);
 
     for (const at of hours) {
       const { day, hour } = partitionOf("editor_events", at);

@@ -129,7 +129,7 @@ describe("an OpenAI-compatible embedder behind the local edge", () => {
     expect(local.edge.output()).not.toContain(standIn.apiKey);
     const names = ["revokeApiKey", "evictKeyFromCache", "renderMarkdownTable", "compute_merkle_root"];
     for (const name of names) expect(local.edge.output()).not.toContain(name);
-    expect(scanDirectoryFor(env.PERSIST_TO!, [...names, standIn.apiKey])).toEqual([]);
+    expect(await scanDirectoryFor(env.PERSIST_TO!, [...names, standIn.apiKey])).toEqual([]);
   }, 120_000);
 
   it("fails `sextant index` clearly during an outage, commits nothing, and completes after recovery", async () => {

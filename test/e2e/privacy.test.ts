@@ -71,7 +71,7 @@ describe("no code at rest", () => {
   const suite = edgeWithCliForSuite();
   const cli = suite.cli;
 
-  it("indexes a repository, then finds none of its lines, identifiers or file names in storage or logs", () => {
+  it("indexes a repository, then finds none of its lines, identifiers or file names in storage or logs", async () => {
     const dir = makeTree(FIXTURE);
     const indexed = cli(["--json", "index", dir]);
     expect(indexed.code, indexed.stderr).toBe(0);
@@ -83,7 +83,7 @@ describe("no code at rest", () => {
 
     const all = needles(FIXTURE);
     expect(all.length).toBeGreaterThan(60);
-    expect(scanDirectoryFor(suite.edge.persistTo, all)).toEqual([]);
+    expect(await scanDirectoryFor(suite.edge.persistTo, all)).toEqual([]);
     const logs = suite.edge.output();
     expect(all.filter((needle) => logs.includes(needle))).toEqual([]);
 

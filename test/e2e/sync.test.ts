@@ -199,8 +199,8 @@ describe("sync protocol against the local edge", () => {
     const client = await newClient(makeTree({ [`${marker}-dir/${marker}.ts`]: `const ${marker} = 1;` }));
     expect((await sync(client)).report.converged).toBe(true);
     // The scan does see the edge's storage: the workspace id, stored in D1, is found.
-    expect(scanDirectoryFor(edge.persistTo, [client.workspaceId]).length).toBeGreaterThan(0);
-    expect(scanDirectoryFor(edge.persistTo, [marker])).toEqual([]);
+    expect((await scanDirectoryFor(edge.persistTo, [client.workspaceId])).length).toBeGreaterThan(0);
+    expect(await scanDirectoryFor(edge.persistTo, [marker])).toEqual([]);
     expect(edge.output()).not.toContain(marker);
   });
 });

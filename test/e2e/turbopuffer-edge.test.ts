@@ -68,9 +68,9 @@ describe("Turbopuffer backend behind the local edge", () => {
     for (const needle of ["ephemeris", "Julian", "telescope", "calibrate", "nebula", "observing", "src/"])
       expect(sent.toLowerCase()).not.toContain(needle.toLowerCase());
     // And the embedded backend's R2 prefix was never used.
-    expect(scanDirectoryFor(edge.persistTo, ["computeJulianEphemeris", "calibrate_telescope_mount", "nebula"])).toEqual(
-      [],
-    );
+    expect(
+      await scanDirectoryFor(edge.persistTo, ["computeJulianEphemeris", "calibrate_telescope_mount", "nebula"]),
+    ).toEqual([]);
 
     // Turbopuffer down: search and index fail with a clear 502, nothing half-committed; then recovery.
     tpuf.failNext(10_000, 500);

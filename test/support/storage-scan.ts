@@ -1,27 +1,64 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { parquetReadObjects } from "hyparquet";
+
+const PARQUET_MAGIC = Buffer.from("PAR1");
+
+/** A Parquet file's values as text (its pages are compressed: the bytes alone would hide them). */
+async function parquetText(bytes: Buffer): Promise<Buffer> {
+  const file = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+  const rows = await parquetReadObjects({ file });
+  return Buffer.from(
+    JSON.stringify(rows, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v)),
+    "utf8",
+  );
+}
 
 /**
  * Every file under `dir` (the local edge's D1, R2 and Durable Object storage, WAL files included)
- * that contains any needle as UTF-8, UTF-16LE or base64, returned as "file: needle".
+ * that contains any needle as UTF-8, UTF-16LE or base64, returned as "file: needle". A Parquet file
+ * (the lake's) is scanned as its decoded values too.
  */
-export function scanDirectoryFor(dir: string, needles: string[]): string[] {
+export async function scanDirectoryFor(dir: string, needles: string[]): Promise<string[]> {
   const forms = needles.flatMap((needle) => [
     [needle, Buffer.from(needle, "utf8")],
     [needle, Buffer.from(needle, "utf16le")],
     [needle, Buffer.from(Buffer.from(needle).toString("base64").slice(0, -4))],
   ]) as [string, Buffer][];
   const hits: string[] = [];
+  const scan = (file: string, bytes: Buffer) => {
+    for (const [needle, form] of forms) if (bytes.includes(form)) hits.push(`${file}: ${needle}`);
+  };
+  const walk = async (path: string) => {
+    for (const name of readdirSync(path)) {
+      const child = join(path, name);
+      if (statSync(child).isDirectory()) await walk(child);
+      else {
+        const bytes = readFileSync(child);
+        scan(child, bytes);
+        if (
+          bytes.length >= 12 &&
+          bytes.subarray(0, 4).equals(PARQUET_MAGIC) &&
+          bytes.subarray(-4).equals(PARQUET_MAGIC)
+        )
+          scan(`${child} (decoded)`, await parquetText(bytes));
+      }
+    }
+  };
+  await walk(dir);
+  return hits;
+}
+
+/** How many Parquet files are under `dir` (the lake's, in the local R2's blobs). */
+export function parquetFilesUnder(dir: string): number {
+  let n = 0;
   const walk = (path: string) => {
     for (const name of readdirSync(path)) {
       const child = join(path, name);
       if (statSync(child).isDirectory()) walk(child);
-      else {
-        const bytes = readFileSync(child);
-        for (const [needle, form] of forms) if (bytes.includes(form)) hits.push(`${child}: ${needle}`);
-      }
+      else if (readFileSync(child).subarray(0, 4).equals(PARQUET_MAGIC)) n += 1;
     }
   };
   walk(dir);
-  return hits;
+  return n;
 }
