@@ -76,9 +76,24 @@ const EDGE_REQUESTS: Column[] = [
   c("outcome", "STRING"),
 ];
 
+/** Requests the edge refused for a rate limit (429) or to shed load (503), whatever the route. */
+const REFUSALS: Column[] = [
+  c("record_id", "STRING"),
+  c("request_id", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("org_id", "STRING"),
+  c("user_id", "STRING"),
+  c("key_id", "STRING"),
+  c("route", "STRING"),
+  c("class", "STRING"),
+  c("code", "STRING"),
+  c("limit", "STRING"),
+];
+
 export const LAKE_TABLES = {
   editor_events: { columns: EDITOR_EVENTS, id: "event_id" },
   edge_requests: { columns: EDGE_REQUESTS, id: "record_id" },
+  refusals: { columns: REFUSALS, id: "record_id" },
 } as const satisfies Record<string, { columns: Column[]; id: string }>;
 
 export type LakeTable = keyof typeof LAKE_TABLES;

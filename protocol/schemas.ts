@@ -34,12 +34,21 @@ const label = (max: number) =>
     .refine((value) => !UNPRINTABLE.test(value), "must not contain control characters or unpaired surrogates");
 const name = label(100);
 
+/**
+ * Whether an org's editor events may carry content: `none` (the default) refuses any; `sealed`
+ * takes it encrypted with a key the org holds (`sealContent`), stored as it came.
+ */
+export const EVENT_CONTENT = ["none", "sealed"] as const;
+export const EventContent = z.enum(EVENT_CONTENT);
+export type EventContent = z.infer<typeof EventContent>;
+
 export const Org = z.object({
   id: z.string(),
   name: z.string(),
   plan: Plan,
   /** Rate limits that replace the plan's, class by class (README, "Rate limits"). */
   limits: LimitOverrides.nullable().default(null),
+  eventContent: EventContent.default("none"),
   createdAt: timestamp,
 });
 export type Org = z.infer<typeof Org>;
@@ -90,10 +99,19 @@ export const CreateOrgRequest = z.strictObject({ name, plan: Plan.default("free"
 export type CreateOrgRequest = z.input<typeof CreateOrgRequest>;
 
 export const UpdateOrgRequest = z
-  .strictObject({ name: name.optional(), plan: Plan.optional(), limits: LimitOverrides.nullable().optional() })
+  .strictObject({
+    name: name.optional(),
+    plan: Plan.optional(),
+    limits: LimitOverrides.nullable().optional(),
+    eventContent: EventContent.optional(),
+  })
   .refine(
-    (body) => body.name !== undefined || body.plan !== undefined || body.limits !== undefined,
-    "Give at least one of name, plan or limits",
+    (body) =>
+      body.name !== undefined ||
+      body.plan !== undefined ||
+      body.limits !== undefined ||
+      body.eventContent !== undefined,
+    "Give at least one of name, plan, limits or eventContent",
   );
 export type UpdateOrgRequest = z.input<typeof UpdateOrgRequest>;
 

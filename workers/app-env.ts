@@ -1,5 +1,6 @@
 import type { Config } from "./config.js";
 import type { Principal } from "./auth/principal.js";
+import type { LimitClass } from "../protocol/limits.js";
 
 /**
  * Hono's environment for every route: bindings from `wrangler types`, plus per-request state. Read
@@ -11,5 +12,7 @@ export interface AppEnv {
     requestId: string;
     config: Config;
     principal: Principal;
+    /** The rate-limit class the request was admitted (or refused) under, once known. */
+    limitClass: LimitClass;
   };
 }

@@ -3,6 +3,7 @@ import { requestId } from "hono/request-id";
 import type { AppEnv } from "./app-env.js";
 import { conventions } from "./middleware/conventions.js";
 import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem.js";
+import { recordRefusal } from "./lake/refusals.js";
 import { admin } from "./routes/admin/index.js";
 import { agents } from "./routes/agents.js";
 import { errors } from "./routes/errors.js";
@@ -30,6 +31,10 @@ const app = new Hono<AppEnv>()
   .route("/admin", admin);
 
 app.notFound((c) => problemResponse(c, new ApiError("not_found", `No route for ${c.req.method} ${c.req.path}.`)));
-app.onError((err, c) => problemResponse(c, toApiError(err, c.get("requestId") ?? "unknown")));
+app.onError((err, c) => {
+  const error = toApiError(err, c.get("requestId") ?? "unknown");
+  if (error.code === "rate_limited" || error.code === "unavailable") recordRefusal(c, error);
+  return problemResponse(c, error);
+});
 
 export default app;

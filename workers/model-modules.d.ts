@@ -11,3 +11,19 @@ declare module "*.txt" {
   const text: string;
   export default text;
 }
+
+declare module "*.html" {
+  const text: string;
+  export default text;
+}
+
+// uPlot's browser build and its stylesheet, served to the dashboard as they ship (Text modules).
+declare module "uplot/dist/uPlot.iife.min.js" {
+  const text: string;
+  export default text;
+}
+
+declare module "uplot/dist/uPlot.min.css" {
+  const text: string;
+  export default text;
+}

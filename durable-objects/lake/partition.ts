@@ -19,8 +19,8 @@ import { DurableObject } from "cloudflare:workers";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { LAKE_TABLES, partitionPrefix, type LakeManifest, type LakeRow, type Partition } from "../../protocol/lake.js";
 import { faultEvery, type LakeFaults } from "./settings.js";
-import type { AsyncBuffer } from "hyparquet";
 import { encodeRows, ParquetAssembler, readRowGroups } from "./parquet.js";
+import { r2Buffer } from "./r2-buffer.js";
 
 export interface AppendResult {
   written: number;
@@ -52,19 +52,6 @@ const MAX_COMPACTED_BYTES = 256 * 2 ** 20;
 
 const identity = (org: unknown, id: unknown) =>
   sha256(new TextEncoder().encode(`${String(org)}\0${String(id)}`)).subarray(0, 16);
-
-/** An R2 object as hyparquet reads it: ranged reads, so only what is parsed is fetched. */
-function r2Buffer(bucket: R2Bucket, key: string, size: number): AsyncBuffer {
-  return {
-    byteLength: size,
-    async slice(start: number, end?: number) {
-      const length = (end ?? size) - start;
-      const object = await bucket.get(key, { range: { offset: start, length } });
-      if (!object) throw new Error(`lake file ${key} is missing`);
-      return object.arrayBuffer();
-    },
-  };
-}
 
 export class LakePartition extends DurableObject<Env & LakeFaults> {
   private readonly sql: SqlStorage;

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { DuckDBInstance } from "@duckdb/node-api";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { Sextant, SextantAdmin, TabSession } from "../../client/sdk/index.js";
+import { contentKey, openContent, sealContent, Sextant, SextantAdmin, TabSession } from "../../client/sdk/index.js";
 import type { EditorEvent } from "../../protocol/events.js";
 import { partitionOf, type LakeTable } from "../../protocol/lake.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
@@ -218,5 +218,50 @@ describe("the lake", { timeout: 600_000 }, () => {
     const json = rows.reduce((n, r) => n + Buffer.byteLength(JSON.stringify(r)) + 1, 0);
     const bytes = parquet.reduce((n, f) => n + statSync(f).size, 0);
     expect(json / bytes).toBeGreaterThanOrEqual(5);
+  });
+
+  it("keeps an opted-in org's content only sealed: the org opens it from the export, storage never holds the text", async () => {
+    const { sextant } = clients();
+    const me = await sextant.me();
+    const opted = suite.cli(["--json", "admin", "orgs", "set-event-content", me.org.id, "sealed"]);
+    expect(opted.code, opted.stderr).toBe(0);
+    expect(JSON.parse(opted.stdout).eventContent).toBe("sealed");
+    const key = await contentKey(crypto.getRandomValues(new Uint8Array(32)));
+    const text = "function secretSauceRecipe(ingredients) { return ingredients.sort(); }";
+    const at = Date.now() - 14 * HOUR;
+    const event = {
+      id: crypto.randomUUID(),
+      type: "tab.accepted",
+      at,
+      content: await sealContent(text, key, "acme-2026"),
+    };
+    const answer = await sextant.events.send([event as EditorEvent]);
+    expect(answer).toEqual({ accepted: 1, duplicates: 0, refused: [] });
+
+    const { admin } = clients();
+    await waitFor(async () => (await lakeRows(admin, "editor_events", [at])) >= 1, "the sealed event");
+    const out = mkdtempSync(join(tmpdir(), "sextant-lake-"));
+    const { day, hour } = partitionOf("editor_events", at);
+    const exported = suite.cli([
+      "admin",
+      "lake",
+      "export",
+      "--table",
+      "editor_events",
+      "--day",
+      day,
+      "--hour",
+      hour,
+      "--out",
+      out,
+    ]);
+    expect(exported.code, exported.stderr).toBe(0);
+    const [row] = await query(
+      `SELECT content, content_key_id FROM read_parquet('${out}/editor_events/**/*.parquet') WHERE event_id = '${event.id}'`,
+    );
+    expect(row!.content_key_id).toBe("acme-2026");
+    expect(await openContent(row!.content as string, key, "acme-2026")).toBe(text);
+    expect(await scanDirectoryFor(suite.edge.persistTo, ["secretSauceRecipe", text])).toEqual([]);
+    expect(suite.edge.output()).not.toContain("secretSauceRecipe");
   });
 });

@@ -26,9 +26,9 @@ export async function freePort(): Promise<number> {
  * Limits nobody reaches: tests and benchmarks of other features must not meet the default rate
  * limits by accident. Rate limits have their own tests (which pass their own `RATE_LIMITS`).
  */
-const roomy = { key: { requests: { limit: 10_000_000, windowSeconds: 60 } } };
+export const roomy = { key: { requests: { limit: 10_000_000, windowSeconds: 60 } } };
 const CLASSES = ["tab", "chat", "apply", "embed", "index", "events", "admin"];
-const ROOMY_LIMITS = JSON.stringify({
+export const ROOMY_LIMITS = JSON.stringify({
   plans: Object.fromEntries(
     ["free", "pro", "business"].map((plan) => [plan, Object.fromEntries(CLASSES.map((cls) => [cls, roomy]))]),
   ),

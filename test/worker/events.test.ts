@@ -1,8 +1,15 @@
-import { createExecutionContext, createMessageBatch, env, getQueueResult } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createMessageBatch,
+  env,
+  getQueueResult,
+  runDurableObjectAlarm,
+} from "cloudflare:test";
 import { parquetReadObjects } from "hyparquet";
 import { describe, expect, it } from "vitest";
 import { EventsResponse, MAX_EVENTS_PER_BATCH } from "../../protocol/events.js";
-import { LakeManifest, partitionOf } from "../../protocol/lake.js";
+import { LakeManifest, partitionName, partitionOf } from "../../protocol/lake.js";
+import { contentKey, openContent, sealContent } from "../../protocol/sealed-content.js";
 import worker from "../../workers/index.js";
 import { adminCall, call, createAccount, expectJson, expectProblem } from "./harness.js";
 
@@ -25,6 +32,8 @@ async function partition(table: string, at: number): Promise<LakeManifest | unde
   const { partitions } = (await res.json()) as { partitions: LakeManifest[] };
   return partitions.find((p) => p.hour === hour);
 }
+
+const partitionManifest = (at: number) => partition("editor_events", at);
 
 /** Waits for the queue's consumer to bring a partition to `rows` rows. */
 async function rowsReach(at: number, rows: number): Promise<LakeManifest> {
@@ -265,5 +274,67 @@ describe("the records queue's consumer", () => {
       queue: "sextant-records-dlq",
       body: { rows: [{ event_id: "evt-dead-1" }] },
     });
+  });
+});
+
+describe("event content", { timeout: 60_000 }, () => {
+  it("is refused unless the org opted in, and then kept only as the sealed bytes it came as", async () => {
+    const { key, org } = await createAccount();
+    const raw = crypto.getRandomValues(new Uint8Array(32));
+    const contentKeyOf = await contentKey(raw);
+    const at = Date.now() - 11 * 3_600_000;
+    const sealed = await sealContent("const completion = suggestion();", contentKeyOf, "org-key-1");
+    const event = tabShown(at, { content: sealed });
+    const refused = await expectProblem(
+      await call("/v1/events", { token: key.key, body: { events: [event] } }),
+      400,
+      "invalid_request",
+    );
+    expect((refused.refused as { code: string }[])[0]!.code).toBe("content_not_enabled");
+
+    const patched = await adminCall(`/orgs/${org.id}`, { method: "PATCH", body: { eventContent: "sealed" } });
+    expect(await patched.json()).toMatchObject({ eventContent: "sealed" });
+    const answer = await expectJson(
+      await call("/v1/events", { token: key.key, body: { events: [event] } }),
+      202,
+      EventsResponse,
+    );
+    expect(answer.accepted).toBe(1);
+    const [row] = await lakeRows(await rowsReach(at, 1));
+    expect(row).toMatchObject({ content: sealed.ciphertext, content_key_id: "org-key-1" });
+    // The org opens it with its key; the edge never had it.
+    expect(await openContent(row!.content as string, contentKeyOf, "org-key-1")).toBe(
+      "const completion = suggestion();",
+    );
+    await expect(
+      openContent(row!.content as string, await contentKey(new Uint8Array(32)), "org-key-1"),
+    ).rejects.toThrow();
+  });
+});
+
+describe("retention", () => {
+  it("refuses events older than the lake keeps, and deletes a partition whose time is up", async () => {
+    const { key } = await createAccount();
+    // LAKE_RETENTION_DAYS is 3 in these tests: 4 days back is within the dedupe window, past retention.
+    const old = Date.now() - 4 * 86_400_000;
+    const refused = await expectProblem(
+      await call("/v1/events", { token: key.key, body: { events: [tabShown(old)] } }),
+      400,
+      "invalid_request",
+    );
+    expect((refused.refused as { code: string }[])[0]!.code).toBe("event_time_out_of_range");
+
+    // A partition written before its time was up (say, under a longer retention), expiring now.
+    const partition = partitionOf("editor_events", old);
+    const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(partitionName(partition)));
+    const written = await stub.append(partition, [
+      { event_id: "evt-retention-1", type: "tab.ignored", at: old, org_id: "org_r" },
+    ]);
+    expect(written.written).toBe(1);
+    expect(await env.LAKE.head(written.file!)).not.toBeNull();
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await env.LAKE.head(written.file!)).toBeNull();
+    expect(await partitionManifest(old)).toBeUndefined();
+    expect(await stub.manifest()).toBeNull();
   });
 });

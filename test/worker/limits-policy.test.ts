@@ -6,7 +6,7 @@ import { cachedLimitsFor, ipPrefix, limitsFor, loadLimits } from "../../workers/
 function principal(plan: "free" | "pro" | "business", extra: Partial<Principal> = {}): Principal {
   const createdAt = new Date().toISOString();
   return {
-    org: { id: "org_1", name: "o", plan, limits: null, createdAt },
+    org: { id: "org_1", name: "o", plan, limits: null, eventContent: "none", createdAt },
     user: { id: "usr_1", orgId: "org_1", email: "u@example.com", name: null, role: "owner", createdAt },
     key: {
       id: "key_1",

@@ -2,7 +2,7 @@ import { and, desc, eq, isNull, type SQL } from "drizzle-orm";
 import { displayPrefix, generateApiKey, hashApiKey } from "../../protocol/api-key.js";
 import { newId } from "../../protocol/ids.js";
 import type { LimitOverrides } from "../../protocol/limits.js";
-import type { CreatedApiKey, Plan, Role } from "../../protocol/schemas.js";
+import type { CreatedApiKey, EventContent, Plan, Role } from "../../protocol/schemas.js";
 import type { Principal } from "../auth/principal.js";
 import { activeAccountThrottle } from "./abuse.js";
 import type { Db } from "./client.js";
@@ -29,7 +29,7 @@ export async function getOrg(db: Db, orgId: string) {
 export async function updateOrg(
   db: Db,
   orgId: string,
-  patch: { name?: string; plan?: Plan; limits?: LimitOverrides | null },
+  patch: { name?: string; plan?: Plan; limits?: LimitOverrides | null; eventContent?: EventContent },
 ) {
   const [row] = await db.update(orgs).set(patch).where(eq(orgs.id, orgId)).returning();
   return row ? toOrg(row) : null;

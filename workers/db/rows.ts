@@ -9,6 +9,7 @@ export const toOrg = (row: typeof orgs.$inferSelect): Org => ({
   name: row.name,
   plan: row.plan,
   limits: row.limits ?? null,
+  eventContent: row.eventContent,
   createdAt: iso(row.createdAt),
 });
 

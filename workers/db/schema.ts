@@ -1,7 +1,7 @@
 import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import type { LimitOverrides } from "../../protocol/limits.js";
-import { ABUSE_SIGNALS, PLANS, ROLES, THROTTLE_KINDS } from "../../protocol/schemas.js";
+import { ABUSE_SIGNALS, EVENT_CONTENT, PLANS, ROLES, THROTTLE_KINDS } from "../../protocol/schemas.js";
 
 const createdAt = () =>
   integer("created_at", { mode: "timestamp_ms" })
@@ -14,6 +14,8 @@ export const orgs = sqliteTable("orgs", {
   plan: text("plan", { enum: PLANS }).notNull().default("free"),
   /** Per-org rate limit overrides (JSON, protocol/limits.ts), replacing the plan's class by class. */
   limits: text("limits", { mode: "json" }).$type<LimitOverrides>(),
+  /** Whether its editor events may carry content, sealed with a key the org holds (README, "Data pipeline"). */
+  eventContent: text("event_content", { enum: EVENT_CONTENT }).notNull().default("none"),
   createdAt: createdAt(),
 });
 

@@ -17,7 +17,7 @@ import { enforceLimits } from "../limits/enforce.js";
 import { tokenReserve } from "../../protocol/limits.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish, type Trace } from "./proxy.js";
-import { recordRequest } from "../lake/records.js";
+import { record } from "../lake/records.js";
 import { fromChatCompletion, ResponsesRequest, toChatRequest } from "./responses.js";
 import { responsesStream } from "./responses-stream.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -152,8 +152,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     const now = Date.now();
     // The pool's own entry: an endpoint several pools share serves each its own model.
     const endpoint = result.endpoint ? pool.endpoints.find((e) => e.id === result.endpoint) : undefined;
-    recordRequest(c.env, waitUntil, {
-      record_id: crypto.randomUUID(),
+    record(c.env, waitUntil, "edge_requests", {
       request_id: c.get("requestId"),
       at: now,
       started_at: trace.startedAt,

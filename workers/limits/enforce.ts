@@ -99,6 +99,7 @@ export async function enforceLimits(
   fast: boolean,
   reserveTokens = 1,
 ): Promise<Admitted> {
+  c.set("limitClass", cls);
   const config = loadLimits(c.env);
   const isolate = isolateLimiter(c.env);
   const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);

@@ -41,9 +41,12 @@ export const requireAdmin = createMiddleware<AppEnv>(async (c, next) => {
       headers: { "WWW-Authenticate": 'Bearer realm="sextant-admin"' },
     });
   }
-  const [given, expected] = await Promise.all([digest(token), digest(secret)]);
-  if (!crypto.subtle.timingSafeEqual(given, expected)) {
-    throw new ApiError("forbidden", "The admin secret is not valid.");
-  }
+  if (!(await isAdminSecret(token, secret))) throw new ApiError("forbidden", "The admin secret is not valid.");
   await next();
 });
+
+/** Whether `given` is the admin secret, compared in constant time. */
+export async function isAdminSecret(given: string, secret: string): Promise<boolean> {
+  const [a, b] = await Promise.all([digest(given), digest(secret)]);
+  return crypto.subtle.timingSafeEqual(a, b);
+}

@@ -23,6 +23,18 @@ import { jsonBody } from "../middleware/json-body.js";
 import { ApiError } from "../problem.js";
 
 const DAY_MS = 86_400_000;
+const HOUR_MS = 3_600_000;
+
+/**
+ * The oldest time an event may have: `MAX_EVENT_AGE_DAYS` back (the window the lake deduplicates
+ * over), or less when the lake keeps partitions a shorter time (`LAKE_RETENTION_DAYS`, counted from
+ * the end of each hour), so that no accepted event lands in a partition already expired.
+ */
+function oldestEventTime(env: Env, now: number): number {
+  const days = Number(env.LAKE_RETENTION_DAYS);
+  const retention = Number.isFinite(days) && days > 0 ? days * DAY_MS : Infinity;
+  return Math.max(now - MAX_EVENT_AGE_DAYS * DAY_MS, Math.floor((now - retention) / HOUR_MS) * HOUR_MS);
+}
 
 function rowOf(event: ParsedEditorEvent, principal: Principal, receivedAt: number): LakeRow {
   const { id, content, ...fields } = event;
@@ -51,6 +63,7 @@ export const events = new Hono<AppEnv>().post("/", requireApiKey, limit("events"
   const rows: LakeRow[] = [];
   const ids = new Set<string>();
   let duplicates = 0;
+  const oldest = oldestEventTime(c.env, now);
   body.events.forEach((raw, index) => {
     const id = idOf(raw);
     const parsed = EditorEvent.safeParse(raw);
@@ -69,21 +82,22 @@ export const events = new Hono<AppEnv>().post("/", requireApiKey, limit("events"
       return;
     }
     const event = parsed.data;
-    if (event.at < now - MAX_EVENT_AGE_DAYS * DAY_MS || event.at > now + MAX_EVENT_SKEW_MS) {
+    if (event.at < oldest || event.at > now + MAX_EVENT_SKEW_MS) {
       refused.push({
         index,
         id,
         code: "event_time_out_of_range",
-        detail: `at (${new Date(event.at).toISOString()}) must lie within the last ${MAX_EVENT_AGE_DAYS} days and not ahead of the edge's clock.`,
+        detail: `at (${new Date(event.at).toISOString()}) must lie after ${new Date(oldest).toISOString()} (the lake's dedupe window and retention) and not ahead of the edge's clock.`,
       });
       return;
     }
-    if (event.content) {
+    if (event.content && principal.org.eventContent !== "sealed") {
       refused.push({
         index,
         id,
         code: "content_not_enabled",
-        detail: "This org has not opted in to keeping event content; send the event without `content`.",
+        detail:
+          "This org has not opted in to keeping event content (an admin sets its eventContent to sealed); send the event without `content`.",
       });
       return;
     }

@@ -1,6 +1,6 @@
 import { Command, Option } from "commander";
 import type { EndpointStatus, GatewayStatus } from "../../../protocol/gateway.js";
-import { PLANS, ROLES, type AbuseThrottle } from "../../../protocol/schemas.js";
+import { EVENT_CONTENT, PLANS, ROLES, type AbuseThrottle } from "../../../protocol/schemas.js";
 import { adminClient, type GlobalOptions } from "../context.js";
 import { parseExpiry, printJson, printTable, shortDate } from "../output.js";
 import { printCreatedKey, printKeys } from "./keys.js";
@@ -50,6 +50,23 @@ export function admin(program: Command): void {
       const org = await (await adminClient(globals(cmd))).orgs.update(orgId, { plan });
       if (globals(cmd).json) return printJson(org);
       process.stdout.write(`Org ${org.id} is now on the ${org.plan} plan.\n`);
+    });
+
+  orgs
+    .command("set-event-content")
+    .description(
+      "Let an org's editor events carry content sealed with a key it holds (sealed), or refuse any (none, the default)",
+    )
+    .argument("<orgId>")
+    .addArgument(new Command().createArgument("<mode>", "none or sealed").choices(EVENT_CONTENT))
+    .action(async (orgId: string, mode: (typeof EVENT_CONTENT)[number], _opts, cmd: Command) => {
+      const org = await (await adminClient(globals(cmd))).orgs.update(orgId, { eventContent: mode });
+      if (globals(cmd).json) return printJson(org);
+      process.stdout.write(
+        org.eventContent === "sealed"
+          ? `Org ${org.id}'s events may now carry content sealed with a key it holds.\n`
+          : `Org ${org.id}'s events may carry no content.\n`,
+      );
     });
 
   const users = admin.command("users").description("Manage users");

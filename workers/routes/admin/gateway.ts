@@ -25,10 +25,13 @@ function displayUrl(url: string): string {
  * last probe, ejection and slow start from the shared health object, beside the in-flight counts
  * and outlier ejections of the isolate that answers.
  */
-export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
+export const adminGateway = new Hono<AppEnv>().get("/", async (c) => c.json(await gatewayStatus(c.env)));
+
+/** The gateway as `GET /admin/gateway` (and the dashboard) shows it; throws the problem to answer when it cannot. */
+export async function gatewayStatus(env: Env): Promise<GatewayStatus> {
   let runtime: ReturnType<typeof gatewayRuntime>;
   try {
-    runtime = gatewayRuntime(c.env);
+    runtime = gatewayRuntime(env);
   } catch (err) {
     // The operator asked: tell them what is wrong with the configuration.
     if (err instanceof ConfigError)
@@ -43,7 +46,7 @@ export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
   const { gateway, balancer } = runtime;
   let records: Awaited<ReturnType<typeof healthRecords>>;
   try {
-    records = await healthRecords(c.env);
+    records = await healthRecords(env);
   } catch {
     throw new ApiError("unavailable", "The gateway's health object did not answer; retry shortly.", {
       headers: { "Retry-After": "1" },
@@ -115,5 +118,5 @@ export const adminGateway = new Hono<AppEnv>().get("/", async (c) => {
     pools,
     endpoints,
   };
-  return c.json(status);
-});
+  return status;
+}

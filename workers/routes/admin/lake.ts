@@ -4,7 +4,8 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
-import { LakeDay, LakeHour, LakeManifest, LakeTable, partitionName } from "../../../protocol/lake.js";
+import { LakeDay, LakeHour, LakeTable, partitionName } from "../../../protocol/lake.js";
+import { manifests } from "../../lake/read.js";
 import type { AppEnv } from "../../app-env.js";
 import { jsonBody, validated } from "../../middleware/json-body.js";
 import { ApiError } from "../../problem.js";
@@ -14,26 +15,10 @@ const Target = z.strictObject({ table: LakeTable, day: LakeDay, hour: LakeHour }
 /** What a lake file's key may be: a partition's Parquet file, nothing else in the bucket. */
 const FILE_KEY = /^lake\/[a-z_]+\/day=\d{4}-\d{2}-\d{2}\/hour=\d{2}\/[a-z]+-\d{6}\.parquet$/;
 
-async function manifests(bucket: R2Bucket, prefix: string): Promise<LakeManifest[]> {
-  const keys: string[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await bucket.list({ prefix, cursor });
-    for (const object of page.objects) if (object.key.endsWith("/_manifest.json")) keys.push(object.key);
-    cursor = page.truncated ? page.cursor : undefined;
-  } while (cursor);
-  const found = await Promise.all(keys.map(async (key) => (await bucket.get(key))?.json()));
-  return found.flatMap((m) => {
-    const parsed = LakeManifest.safeParse(m);
-    return parsed.success ? [parsed.data] : [];
-  });
-}
-
 export const adminLake = new Hono<AppEnv>()
   .get("/partitions", async (c) => {
     const { table, day } = validated(ListQuery, c.req.query(), "query");
     const partitions = await manifests(c.env.LAKE, `lake/${table}/day=${day}/`);
-    partitions.sort((a, b) => a.hour.localeCompare(b.hour));
     return c.json({ table, day, partitions });
   })
   .get("/files/*", async (c) => {

@@ -1,0 +1,1 @@
+ALTER TABLE `orgs` ADD `event_content` text DEFAULT 'none' NOT NULL;

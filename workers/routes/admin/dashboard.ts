@@ -1,0 +1,120 @@
+/**
+ * The operator's dashboard, `/admin/dashboard`: a login form that takes the admin secret and sets a
+ * session cookie, then a page of charts and tables (page.html, drawn with uPlot) whose data is
+ * computed at the edge and embedded in it. `GET /admin/dashboard/data` answers the same data as
+ * JSON, to the cookie or to `Authorization: Bearer <admin secret>`.
+ */
+import { Hono, type Context } from "hono";
+import { deleteCookie, getCookie, setCookie } from "hono/cookie";
+import uplotCss from "uplot/dist/uPlot.min.css";
+import uplotJs from "uplot/dist/uPlot.iife.min.js";
+import { z } from "zod";
+import { LakeDay } from "../../../protocol/lake.js";
+import type { AppEnv } from "../../app-env.js";
+import { bearerToken } from "../../auth/authenticate.js";
+import page from "../../dashboard/page.html";
+import { dashboardData } from "../../dashboard/data.js";
+import { SESSION_COOKIE, SESSION_PATH, SESSION_TTL_MS, sessionToken, validSession } from "../../dashboard/session.js";
+import { isAdminSecret } from "../../middleware/auth.js";
+import { validated } from "../../middleware/json-body.js";
+import { ApiError } from "../../problem.js";
+
+const Query = z.strictObject({ day: LakeDay.optional() });
+
+const escapeHtml = (s: string) =>
+  s.replace(/[&<>"']/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[ch]!);
+
+function secretOf(c: Context<AppEnv>): string {
+  const secret = c.get("config").ADMIN_SECRET;
+  if (!secret) throw new ApiError("forbidden", "The admin surface is disabled: ADMIN_SECRET is not set on this edge.");
+  return secret;
+}
+
+/** The cookie (the browser) or the bearer secret (scripts). */
+async function signedIn(c: Context<AppEnv>): Promise<boolean> {
+  const secret = secretOf(c);
+  const bearer = bearerToken(c.req.header("Authorization"));
+  if (bearer) return isAdminSecret(bearer, secret);
+  return validSession(secret, getCookie(c, SESSION_COOKIE));
+}
+
+/** An HTML answer: nothing cached, framed or referred, and only this edge's scripts (plus the page's own, by nonce). */
+function html(c: Context<AppEnv>, body: string, status: 200 | 403 = 200, nonce?: string): Response {
+  return c.html(body, status, {
+    "Content-Security-Policy": `default-src 'none'; script-src 'self'${nonce ? ` 'nonce-${nonce}'` : ""}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+  });
+}
+
+function loginPage(c: Context<AppEnv>, message?: string): Response {
+  const body = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Sextant: sign in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
+<style>body{font:15px system-ui,sans-serif;margin:10vh auto;max-width:24rem;color:#1f2328}
+input,button{font:inherit;padding:.5rem;width:100%;box-sizing:border-box;margin:.25rem 0}
+.error{color:#b42318}</style></head>
+<body><h1>Sextant operator dashboard</h1>
+<form method="post" action="${SESSION_PATH}/session">
+<label for="secret">Admin secret</label>
+<input id="secret" name="secret" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Sign in</button>
+${message ? `<p class="error" role="alert">${escapeHtml(message)}</p>` : ""}
+</form></body></html>`;
+  return html(c, body, message ? 403 : 200);
+}
+
+const todayUtc = () => new Date().toISOString().slice(0, 10);
+
+export const adminDashboard = new Hono<AppEnv>()
+  .get("/", async (c) => {
+    const { day = todayUtc() } = validated(Query, c.req.query(), "query");
+    if (!(await signedIn(c))) return loginPage(c);
+    const data = await dashboardData(c.env, day);
+    const nonce = crypto.randomUUID().replace(/-/g, "");
+    // `<` escaped: no value (an org's name) can close the data's script element.
+    const json = JSON.stringify(data).replace(/</g, "\\u003c");
+    return html(
+      c,
+      page.replaceAll("{{nonce}}", nonce).replace("{{data}}", () => json),
+      200,
+      nonce,
+    );
+  })
+  .get("/data", async (c) => {
+    const { day = todayUtc() } = validated(Query, c.req.query(), "query");
+    if (!(await signedIn(c)))
+      throw new ApiError("unauthenticated", "Sign in to the dashboard, or send the admin secret as a bearer token.", {
+        headers: { "WWW-Authenticate": 'Bearer realm="sextant-admin"' },
+      });
+    return c.json(await dashboardData(c.env, day), 200, { "Cache-Control": "no-store" });
+  })
+  .post("/session", async (c) => {
+    const secret = secretOf(c);
+    const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
+    const given = typeof form.secret === "string" ? form.secret : "";
+    if (!given || !(await isAdminSecret(given, secret))) return loginPage(c, "That is not this edge's admin secret.");
+    setCookie(c, SESSION_COOKIE, await sessionToken(secret), {
+      path: SESSION_PATH,
+      httpOnly: true,
+      secure: new URL(c.req.url).protocol === "https:",
+      sameSite: "Strict",
+      maxAge: SESSION_TTL_MS / 1000,
+    });
+    return c.redirect(SESSION_PATH, 303);
+  })
+  .post("/logout", (c) => {
+    deleteCookie(c, SESSION_COOKIE, { path: SESSION_PATH });
+    return c.redirect(SESSION_PATH, 303);
+  })
+  .get("/assets/uplot.js", (c) =>
+    c.body(uplotJs, 200, {
+      "Content-Type": "text/javascript; charset=utf-8",
+      "Cache-Control": "public, max-age=86400",
+    }),
+  )
+  .get("/assets/uplot.css", (c) =>
+    c.body(uplotCss, 200, { "Content-Type": "text/css; charset=utf-8", "Cache-Control": "public, max-age=86400" }),
+  );
