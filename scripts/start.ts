@@ -303,7 +303,8 @@ try {
         ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
           `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n`
         : "") +
-      (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : ""),
+      (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : "") +
+      `Operator dashboard: ${baseURL}/admin/dashboard (sign in with ADMIN_SECRET from .dev.vars).\n`,
   );
 } catch (err) {
   console.error(`Could not start the local edge: ${err instanceof Error ? err.message : String(err)}`);
