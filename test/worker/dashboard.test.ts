@@ -71,6 +71,12 @@ describe("/admin/dashboard", () => {
       "unauthenticated",
     );
     await expectProblem(await adminCall("/dashboard/data?day=yesterday"), 400, "invalid_request");
+    const huge = await SELF.fetch(`${ORIGIN}/admin/dashboard/session`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: `secret=${"x".repeat(Number(env.MAX_BODY_BYTES) + 1)}`,
+    });
+    await expectProblem(huge, 413, "payload_too_large");
     await expectProblem(await adminCall("/dashboard?day=2026-01-03&x=1"), 400, "invalid_request");
   });
 

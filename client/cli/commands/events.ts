@@ -1,8 +1,14 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import type { EditorEvent } from "../../../protocol/events.js";
+import { SextantError } from "../../sdk/errors.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson } from "../output.js";
+
+/** Some events were refused: exit code 1, after each refusal has been named. */
+export class EventsRefusedError extends SextantError {
+  override name = "EventsRefusedError";
+}
 
 /** Events from a JSON array or JSON lines; an event without `id` or `at` gets a fresh id and now. */
 export function parseEvents(text: string): EditorEvent[] {
@@ -45,6 +51,7 @@ export function eventCommands(program: Command): void {
         for (const r of answer.refused)
           process.stderr.write(`Refused event ${r.index} (${r.id ?? "no id"}): ${r.code}: ${r.detail}\n`);
       }
-      if (answer.refused.length) process.exitCode = 1;
+      if (answer.refused.length)
+        throw new EventsRefusedError(`${answer.refused.length} of ${list.length} events were refused.`);
     });
 }
