@@ -31,6 +31,8 @@ export interface LakeBench {
   encodeMsPer1000: number;
   files: number;
   hours: number;
+  /** GET /admin/dashboard/data over the benchmark's day, median. */
+  dashboardMs: number;
   parquetBytes: number;
   jsonBytes: number;
 }
@@ -143,6 +145,15 @@ export async function runLakeBench(events: number, freshnessSamples: number): Pr
         jsonBytes += Buffer.byteLength(JSON.stringify(row, (_k, v: unknown) => (v === null ? undefined : v))) + 1;
     }
 
+    // The dashboard reads the day's files on each load: its data route, over this day (median of 5).
+    const dashboard: number[] = [];
+    for (let i = 0; i < 5; i++)
+      dashboard.push(
+        await timedFetch(`${edge.baseURL}/admin/dashboard/data?day=${day}`, {
+          headers: { Authorization: `Bearer ${saved.adminSecret}` },
+        }),
+      );
+
     // The partition object's own work per 1,000 rows: encoding them as Parquet (in Node's V8).
     const sample = all
       .slice(0, 1000)
@@ -169,6 +180,7 @@ export async function runLakeBench(events: number, freshnessSamples: number): Pr
           : undefined,
       encodeMsPer1000: median(encodes),
       files: partition.files.length,
+      dashboardMs: median(dashboard),
       hours: 1,
       parquetBytes,
       jsonBytes,
@@ -188,6 +200,7 @@ export function reportLake(r: LakeBench): string {
     `freshness (202 to a row in the lake): ${r.freshnessMs.map((ms) => `${(ms / 1000).toFixed(1)} s`).join(", ")}; max ${(Math.max(...r.freshnessMs) / 1000).toFixed(1)} s`,
     `edge CPU per 1,000 events, ingest to lake: ${r.edgeCpuMsPer1000 === undefined ? "n/a (no /proc)" : `${r.edgeCpuMsPer1000.toFixed(1)} ms`}`,
     `Parquet encode per 1,000 rows (Node): ${r.encodeMsPer1000.toFixed(2)} ms`,
+    `dashboard data over the day (${r.events.toLocaleString("en-US")} events): median ${fmt(r.dashboardMs)} ms`,
     `after compaction: ${r.files} file for ${r.hours} table-hour; ${kib(r.parquetBytes)} Parquet vs ${kib(r.jsonBytes)} as JSON lines: ${(r.jsonBytes / r.parquetBytes).toFixed(1)}x smaller`,
   ].join("\n");
 }

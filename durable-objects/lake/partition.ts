@@ -9,7 +9,8 @@
  * the last committed file, and committed (identities and file, one transaction) only after R2 has
  * it. A crash between the two leaves a file nothing lists, and the retry writes the same name
  * again: its rows replace the orphan's, whose own rows are not committed and come back with their
- * own redelivery.
+ * own redelivery. The manifest and the compaction alarm follow each commit; a commit marks the
+ * partition dirty until both are done, and a failure between is finished by the next call.
  *
  * Compaction (an alarm, an hour's `LAKE_COMPACT_DELAY_SECONDS` after the hour ends, and again after
  * a late write) folds every file into one, streamed a row group at a time, and commits the swap before
@@ -116,7 +117,11 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
         fresh.push(row);
         ids.push(id);
       }
-      if (fresh.length === 0) return { written: 0, duplicates: rows.length, file: null };
+      if (fresh.length === 0) {
+        // A redelivery after a commit whose manifest or alarm failed: finish that write's work.
+        if (this.dirty()) await this.publish(p, Date.now());
+        return { written: 0, duplicates: rows.length, file: null };
+      }
       const seq = this.nextSeq();
       const key = `${partitionPrefix(p)}part-${String(seq).padStart(6, "0")}.parquet`;
       const bytes = encodeRows(p.table, fresh);
@@ -135,11 +140,30 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
           bytes.byteLength,
           now,
         );
+        this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('dirty', '1')");
       });
-      await this.writeManifest(p);
-      await this.schedule(p, now);
+      await this.publish(p, now);
       return { written: fresh.length, duplicates: rows.length - fresh.length, file: key };
     });
+  }
+
+  private dirty(): boolean {
+    return this.sql.exec("SELECT 1 FROM meta WHERE k = 'dirty'").toArray().length > 0;
+  }
+
+  /**
+   * After a commit: the manifest rewritten and compaction scheduled. The commit marks the partition
+   * dirty and this clears it, so a failure here is finished by the next call (a redelivery finds its
+   * rows committed and calls this alone).
+   */
+  private async publish(p: Partition, now: number): Promise<void> {
+    await this.schedule(p, now);
+    await this.publishManifest(p);
+  }
+
+  private async publishManifest(p: Partition): Promise<void> {
+    await this.writeManifest(p);
+    this.sql.exec("DELETE FROM meta WHERE k = 'dirty'");
   }
 
   /** Folds the partition's files into as few as `MAX_COMPACTED_BYTES` allows; a no-op when it is one file. */
@@ -154,6 +178,7 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
     const rows = live.reduce((n, f) => n + f.rows, 0);
     if (live.length <= 1) {
       await this.sweepOrphans(p);
+      if (this.dirty()) await this.publishManifest(p);
       return { files: live.length, rows, compacted: false };
     }
     let seq = this.nextSeq();
@@ -187,10 +212,11 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
           now,
         );
       this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('compacted_at', ?)", String(now));
+      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('dirty', '1')");
     });
     await this.deleteObsolete();
     await this.sweepOrphans(p);
-    await this.writeManifest(p);
+    await this.publishManifest(p);
     return { files: outputs.length, rows, compacted: true };
   }
 

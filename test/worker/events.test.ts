@@ -251,16 +251,19 @@ describe("the records queue's consumer", () => {
       rows: [{ event_id: "evt-consumer-1", type: "tab.ignored", at, org_id: "org_x", received_at: at }],
     });
     const bogus = message("msg-bogus", { v: 1, table: "secrets", rows: [] });
-    const batch = createMessageBatch("sextant-records", [good, bogus]);
+    const timeless = message("msg-timeless", { v: 1, table: "editor_events", rows: [{ event_id: "evt-no-time" }] });
+    const batch = createMessageBatch("sextant-records", [good, bogus, timeless]);
     const ctx = createExecutionContext();
     await worker.queue(batch, env);
     const result = await getQueueResult(batch, ctx);
-    expect(result.explicitAcks.sort()).toEqual(["msg-bogus", "msg-good"]);
+    expect(result.explicitAcks.sort()).toEqual(["msg-bogus", "msg-good", "msg-timeless"]);
     expect(result.retryMessages).toEqual([]);
     expect((await partition("editor_events", at))?.rows).toBe(1);
     const day = new Date().toISOString().slice(0, 10);
     const kept = await env.LAKE.get(`dead-letter/day=${day}/msg-bogus.json`);
     expect(await kept?.json()).toMatchObject({ queue: "sextant-records", id: "msg-bogus", body: { table: "secrets" } });
+    // A row without a time has no partition: its message is kept whole, not written in part.
+    expect(await env.LAKE.head(`dead-letter/day=${day}/msg-timeless.json`)).not.toBeNull();
   });
 
   it("keeps what the dead-letter queue delivers, and acknowledges it", async () => {

@@ -21,7 +21,15 @@ const PARALLEL_PARTITIONS = 6;
 function isLakeMessage(body: unknown): body is LakeMessage {
   if (typeof body !== "object" || body === null) return false;
   const m = body as Partial<LakeMessage>;
-  return m.v === 1 && typeof m.table === "string" && Object.hasOwn(LAKE_TABLES, m.table) && Array.isArray(m.rows);
+  return (
+    m.v === 1 &&
+    typeof m.table === "string" &&
+    Object.hasOwn(LAKE_TABLES, m.table) &&
+    Array.isArray(m.rows) &&
+    m.rows.every(
+      (row) => typeof row === "object" && row !== null && typeof row.at === "number" && Number.isFinite(row.at),
+    )
+  );
 }
 
 /** Batches this isolate has taken, for `LAKE_FAULT_EVERY`. */
@@ -65,8 +73,7 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
     const { table, rows } = message.body;
     const names = new Set<string>();
     for (const row of rows) {
-      if (typeof row.at !== "number" || !Number.isFinite(row.at)) continue;
-      const partition = partitionOf(table, row.at);
+      const partition = partitionOf(table, row.at as number);
       const name = partitionName(partition);
       let group = groups.get(name);
       if (!group) groups.set(name, (group = { partition, rows: [], messages: new Set() }));
