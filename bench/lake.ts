@@ -29,8 +29,8 @@ export interface LakeBench {
   freshnessMs: number[];
   edgeCpuMsPer1000: number | undefined;
   encodeMsPer1000: number;
+  /** Files of the benchmark's one table-hour after compaction. */
   files: number;
-  hours: number;
   /** GET /admin/dashboard/data over the benchmark's day, median. */
   dashboardMs: number;
   parquetBytes: number;
@@ -181,7 +181,6 @@ export async function runLakeBench(events: number, freshnessSamples: number): Pr
       encodeMsPer1000: median(encodes),
       files: partition.files.length,
       dashboardMs: median(dashboard),
-      hours: 1,
       parquetBytes,
       jsonBytes,
     };
@@ -201,7 +200,7 @@ export function reportLake(r: LakeBench): string {
     `edge CPU per 1,000 events, ingest to lake: ${r.edgeCpuMsPer1000 === undefined ? "n/a (no /proc)" : `${r.edgeCpuMsPer1000.toFixed(1)} ms`}`,
     `Parquet encode per 1,000 rows (Node): ${r.encodeMsPer1000.toFixed(2)} ms`,
     `dashboard data over the day (${r.events.toLocaleString("en-US")} events): median ${fmt(r.dashboardMs)} ms`,
-    `after compaction: ${r.files} file for ${r.hours} table-hour; ${kib(r.parquetBytes)} Parquet vs ${kib(r.jsonBytes)} as JSON lines: ${(r.jsonBytes / r.parquetBytes).toFixed(1)}x smaller`,
+    `after compaction: ${r.files} file${r.files === 1 ? "" : "s"} for 1 table-hour; ${kib(r.parquetBytes)} Parquet vs ${kib(r.jsonBytes)} as JSON lines: ${(r.jsonBytes / r.parquetBytes).toFixed(1)}x smaller`,
   ].join("\n");
 }
 

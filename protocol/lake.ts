@@ -9,6 +9,7 @@
  * them and the CLI that exports them. No column holds code, a prompt, a completion or a path.
  */
 import { z } from "zod";
+import { UsageDay } from "./schemas.js";
 
 export type ColumnType = "STRING" | "TIMESTAMP" | "INT32" | "DOUBLE" | "BOOLEAN";
 
@@ -109,7 +110,8 @@ export interface LakeMessage {
   rows: LakeRow[];
 }
 
-export const LakeDay = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, "a UTC day, YYYY-MM-DD");
+/** A UTC day: the usage report's schema, which also refuses impossible dates such as 2026-02-30. */
+export const LakeDay = UsageDay;
 export const LakeHour = z.string().regex(/^([01]\d|2[0-3])$/, "an hour, 00 to 23");
 
 export interface Partition {

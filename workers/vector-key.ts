@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import { VECTOR_KEY_HEADER } from "../protocol/sync.js";
+import { fromBase64url } from "../protocol/base64.js";
 import { TermKey } from "../protocol/keyed-terms.js";
 import { VectorKey } from "../protocol/vector-key.js";
 import type { AppEnv } from "./app-env.js";
@@ -18,7 +19,7 @@ export function vectorKeyBytes(c: Context<AppEnv>): Uint8Array {
   if (!/^[A-Za-z0-9_-]{43}$/.test(value)) {
     throw new ApiError("invalid_request", `${VECTOR_KEY_HEADER} must be 32 bytes, base64url.`);
   }
-  return Uint8Array.from(atob(value.replace(/-/g, "+").replace(/_/g, "/") + "="), (ch) => ch.charCodeAt(0));
+  return fromBase64url(value);
 }
 
 /**

@@ -9,6 +9,7 @@
 import { createTarDecoder } from "modern-tar";
 import type { UploadFilesRequest } from "../../protocol/agents/sandbox.js";
 import { TreePath } from "../../protocol/agents/tools.js";
+import { toBase64 } from "../../protocol/base64.js";
 
 /** The archive cannot be used as it is: asking again will not help. */
 export class ArchiveError extends Error {
@@ -52,12 +53,6 @@ type Upload = (files: UploadFilesRequest["files"]) => Promise<unknown>;
 const BATCH_FILES = 2000;
 const BATCH_BYTES = 8 * 2 ** 20;
 const NAMED_SKIPS = 20;
-
-function base64(bytes: Uint8Array): string {
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(binary);
-}
 
 /** The response's bytes, counted against `max`, ungzipped when they start with gzip's magic number. */
 async function tarStream(body: ReadableStream<Uint8Array>, max: number): Promise<ReadableStream<Uint8Array>> {
@@ -171,7 +166,7 @@ export async function importArchive(url: string, upload: Upload, limits = ARCHIV
       if (report.files >= limits.maxFiles)
         throw new ArchiveError(`The archive holds more than ${limits.maxFiles} files.`);
       const bytes = await readAll(entry.body, header.size);
-      const content = base64(bytes);
+      const content = toBase64(bytes);
       if (batch.length >= BATCH_FILES || batchBytes + content.length > BATCH_BYTES) await flush();
       batch.push({ path: name, content, executable: ((header.mode ?? 0o644) & 0o111) !== 0 });
       batchBytes += content.length;

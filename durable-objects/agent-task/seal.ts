@@ -4,31 +4,21 @@
  * which only the task's sandbox host holds. The object fetches the key into memory when it needs it
  * and never writes it down, so once the sandbox is destroyed its stored payloads cannot be read.
  */
-const IV_BYTES = 12;
+import { openBytes, sealBytes } from "../../protocol/aead.js";
+import { fromBase64url } from "../../protocol/base64.js";
 
 export async function importDataKey(base64url: string): Promise<CryptoKey> {
-  const raw = Uint8Array.from(atob(base64url.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+  const raw = fromBase64url(base64url);
   if (raw.byteLength !== 32) throw new Error("The sandbox's data key is not 256 bits.");
   return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
 }
 
-/** `value` as JSON, sealed: a fresh 96-bit IV followed by the ciphertext and tag. */
-export async function seal(key: CryptoKey, value: unknown): Promise<Uint8Array> {
-  const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
-  const plain = new TextEncoder().encode(JSON.stringify(value));
-  const sealed = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv }, key, plain));
-  const out = new Uint8Array(IV_BYTES + sealed.byteLength);
-  out.set(iv);
-  out.set(sealed, IV_BYTES);
-  return out;
+/** `value` as JSON, sealed (`aead.ts`). */
+export function seal(key: CryptoKey, value: unknown): Promise<Uint8Array> {
+  return sealBytes(key, new TextEncoder().encode(JSON.stringify(value)));
 }
 
 export async function unseal<T>(key: CryptoKey, bytes: ArrayBuffer | Uint8Array): Promise<T> {
   const all = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
-  const plain = await crypto.subtle.decrypt(
-    { name: "AES-GCM", iv: all.subarray(0, IV_BYTES) },
-    key,
-    all.subarray(IV_BYTES),
-  );
-  return JSON.parse(new TextDecoder().decode(plain)) as T;
+  return JSON.parse(new TextDecoder().decode(await openBytes(key, all))) as T;
 }

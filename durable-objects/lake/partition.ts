@@ -18,8 +18,9 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { sha256 } from "@noble/hashes/sha2.js";
+import { bytesToHex } from "@noble/hashes/utils.js";
 import { LAKE_TABLES, partitionPrefix, type LakeManifest, type LakeRow, type Partition } from "../../protocol/lake.js";
-import { faultEvery, type LakeFaults } from "./settings.js";
+import { compactDelayMs, faultEvery, retentionMs, type LakeFaults } from "./settings.js";
 import { encodeRows, ParquetAssembler, readRowGroups } from "./parquet.js";
 import { r2Buffer } from "./r2-buffer.js";
 
@@ -45,7 +46,6 @@ type FileRow = {
 };
 
 const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 /** After a write to an hour already over, compaction waits this long for more of its late rows. */
 const LATE_COMPACT_DELAY_MS = 60_000;
 /** A compacted file is closed at this size and the next one started (large files, bounded memory). */
@@ -110,7 +110,7 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
       const batch = new Set<string>();
       for (const row of rows) {
         const id = identity(row.org_id, row[idColumn]);
-        const hex = Array.from(id, (b) => b.toString(16).padStart(2, "0")).join("");
+        const hex = bytesToHex(id);
         if (batch.has(hex)) continue;
         batch.add(hex);
         if (this.sql.exec("SELECT 1 FROM seen WHERE id = ?", id).toArray().length) continue;
@@ -286,20 +286,15 @@ export class LakePartition extends DurableObject<Env & LakeFaults> {
     return Date.parse(`${p.day}T${p.hour}:00:00Z`) + HOUR_MS;
   }
 
-  private compactDelayMs(): number {
-    const seconds = Number(this.env.LAKE_COMPACT_DELAY_SECONDS ?? 600);
-    return (Number.isFinite(seconds) && seconds >= 0 ? seconds : 600) * 1000;
-  }
-
   private expiresAt(p: Partition): number {
-    const days = Number(this.env.LAKE_RETENTION_DAYS ?? 90);
-    return this.hourEnd(p) + (Number.isFinite(days) && days > 0 ? days : 90) * DAY_MS;
+    return this.hourEnd(p) + retentionMs(this.env);
   }
 
   /** Arms the alarm for the partition's compaction after a write at `now`. */
   private async schedule(p: Partition, now: number): Promise<void> {
     const end = this.hourEnd(p);
-    const due = now >= end ? now + Math.min(LATE_COMPACT_DELAY_MS, this.compactDelayMs()) : end + this.compactDelayMs();
+    const due =
+      now >= end ? now + Math.min(LATE_COMPACT_DELAY_MS, compactDelayMs(this.env)) : end + compactDelayMs(this.env);
     this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('compact_due', ?)", String(due));
     const current = await this.ctx.storage.getAlarm();
     if (current === null || current > due || current <= now) await this.ctx.storage.setAlarm(due);

@@ -13,3 +13,17 @@ export function faultEvery(env: LakeFaults): number {
   const every = Number(env.LAKE_FAULT_EVERY ?? 0);
   return Number.isInteger(every) && every >= 2 ? every : 0;
 }
+
+const DAY_MS = 86_400_000;
+
+/** How long a partition is kept after its hour ends (`LAKE_RETENTION_DAYS`, default 90 days). */
+export function retentionMs(env: { LAKE_RETENTION_DAYS?: string }): number {
+  const days = Number(env.LAKE_RETENTION_DAYS ?? 90);
+  return (Number.isFinite(days) && days > 0 ? days : 90) * DAY_MS;
+}
+
+/** How long after its hour ends a partition is compacted (`LAKE_COMPACT_DELAY_SECONDS`, default 600). */
+export function compactDelayMs(env: { LAKE_COMPACT_DELAY_SECONDS?: string }): number {
+  const seconds = Number(env.LAKE_COMPACT_DELAY_SECONDS ?? 600);
+  return (Number.isFinite(seconds) && seconds >= 0 ? seconds : 600) * 1000;
+}

@@ -7,7 +7,6 @@ import { existsSync, writeFileSync } from "node:fs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DuckDBInstance } from "@duckdb/node-api";
 import OpenAI from "openai";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +14,7 @@ import { Sextant, SextantAdmin, TabSession } from "../../client/sdk/index.js";
 import { partitionOf, type LakeTable } from "../../protocol/lake.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 import type { DashboardData } from "../../protocol/dashboard.js";
+import { duckQuery } from "../support/duckdb.js";
 import { edgeWithCliForSuite, ROOMY_LIMITS, savedLocalEdge } from "../support/local-edge.js";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -29,20 +29,6 @@ function limits(): string {
   const config = JSON.parse(ROOMY_LIMITS);
   config.plans.business.embed = { key: { requests: { limit: 1, windowSeconds: 60 } } };
   return JSON.stringify(config);
-}
-
-async function duck(sql: string): Promise<Record<string, unknown>[]> {
-  const db = await DuckDBInstance.create(":memory:");
-  const connection = await db.connect();
-  try {
-    return (await connection.runAndReadAll(sql))
-      .getRowObjectsJS()
-      .map((row) =>
-        Object.fromEntries(Object.entries(row).map(([k, v]) => [k, typeof v === "bigint" ? Number(v) : v])),
-      );
-  } finally {
-    connection.closeSync();
-  }
 }
 
 /** The dashboard's series colours, in order (page.html's COLORS). */
@@ -144,11 +130,11 @@ describe.skipIf(!existsSync(CHROMIUM))("the operator's dashboard", { timeout: 30
   it("shows the acceptance rate and the tab latency percentiles that DuckDB computes from the lake", async () => {
     const events = `read_parquet('${lakeDir}/editor_events/**/*.parquet', hive_partitioning = true)`;
     const requests = `read_parquet('${lakeDir}/edge_requests/**/*.parquet', hive_partitioning = true)`;
-    const [rate] = await duck(
+    const [rate] = await duckQuery(
       `SELECT count(*) FILTER (type = 'tab.shown') AS shown, count(*) FILTER (type = 'tab.accepted') AS accepted,
               count(*) FILTER (type = 'tab.accepted') / count(*) FILTER (type = 'tab.shown') AS rate FROM ${events}`,
     );
-    const [latency] = await duck(
+    const [latency] = await duckQuery(
       `SELECT count(*) AS n, quantile_disc(ttft_ms, 0.5) AS ttft_p50, quantile_disc(ttft_ms, 0.95) AS ttft_p95,
               quantile_disc(total_ms, 0.5) AS total_p50, quantile_disc(total_ms, 0.95) AS total_p95
        FROM ${requests} WHERE class = 'tab' AND outcome = 'completed'`,
@@ -166,14 +152,14 @@ describe.skipIf(!existsSync(CHROMIUM))("the operator's dashboard", { timeout: 30
       totalP95: latency!.total_p95,
     });
     // By hour too.
-    const hourly = await duck(
+    const hourly = await duckQuery(
       `SELECT hour, count(*) FILTER (type = 'tab.accepted') / count(*) FILTER (type = 'tab.shown') AS rate
        FROM ${events} GROUP BY hour ORDER BY hour`,
     );
     expect(data.tab.hours.map((h) => [h.hour, h.acceptanceRate])).toEqual(
       hourly.map((h) => [String(h.hour).padStart(2, "0"), h.rate]),
     );
-    const [refused] = await duck(
+    const [refused] = await duckQuery(
       `SELECT count(*) AS n FROM read_parquet('${lakeDir}/refusals/**/*.parquet') WHERE code = 'rate_limited' AND class = 'embed'`,
     );
     expect(refused!.n).toBeGreaterThanOrEqual(2);

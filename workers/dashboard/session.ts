@@ -5,24 +5,21 @@
  * `SameSite=Strict` and scoped to the dashboard's own paths; it is honoured for the dashboard's
  * reads only, never for the admin API.
  */
+import { toBase64url } from "../../protocol/base64.js";
+
 export const SESSION_COOKIE = "sextant_dashboard";
 export const SESSION_PATH = "/admin/dashboard";
 export const SESSION_TTL_MS = 12 * 3_600_000;
 
 const encoder = new TextEncoder();
 
-function base64url(bytes: ArrayBuffer): string {
-  return btoa(String.fromCharCode(...new Uint8Array(bytes)))
-    .replace(/\+/g, "-")
-    .replace(/\//g, "_")
-    .replace(/=+$/, "");
-}
-
 async function mac(secret: string, expires: number): Promise<string> {
   const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
     "sign",
   ]);
-  return base64url(await crypto.subtle.sign("HMAC", key, encoder.encode(`sextant-dashboard:${expires}`)));
+  return toBase64url(
+    new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(`sextant-dashboard:${expires}`))),
+  );
 }
 
 export async function sessionToken(secret: string, now = Date.now()): Promise<string> {

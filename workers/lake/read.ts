@@ -1,6 +1,6 @@
 /** Reading the lake from the edge: a day's manifests, and columns of a partition's files. */
 import { parquetReadObjects } from "hyparquet";
-import { r2Buffer } from "../../durable-objects/lake/r2-buffer.js";
+import { MissingLakeFile, r2Buffer } from "../../durable-objects/lake/r2-buffer.js";
 import { LakeManifest, type LakeRow, type LakeTable } from "../../protocol/lake.js";
 
 /** The manifests under `prefix` (a table's day, or all of a table). */
@@ -50,7 +50,7 @@ export async function readDay(
       }
       return byHour;
     } catch (err) {
-      if (attempt >= 2 || !String(err).includes("is missing")) throw err;
+      if (attempt >= 2 || !(err instanceof MissingLakeFile)) throw err;
     }
   }
 }

@@ -53,6 +53,3 @@ export function record(env: Env, waitUntil: (p: Promise<unknown>) => void, table
   scheduled = true;
   waitUntil(later(FLUSH_DELAY_MS).then(() => flush(env)));
 }
-
-/** Sends what is buffered now. */
-export const flushRecords = (env: Env) => flush(env);

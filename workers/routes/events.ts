@@ -16,6 +16,7 @@ import {
 import type { LakeRow } from "../../protocol/lake.js";
 import type { AppEnv } from "../app-env.js";
 import type { Principal } from "../auth/principal.js";
+import { retentionMs } from "../../durable-objects/lake/settings.js";
 import { sendRows } from "../lake/send.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
@@ -31,8 +32,7 @@ const HOUR_MS = 3_600_000;
  * the end of each hour), so that no accepted event lands in a partition already expired.
  */
 function oldestEventTime(env: Env, now: number): number {
-  const days = Number(env.LAKE_RETENTION_DAYS);
-  const retention = Number.isFinite(days) && days > 0 ? days * DAY_MS : Infinity;
+  const retention = retentionMs(env);
   return Math.max(now - MAX_EVENT_AGE_DAYS * DAY_MS, Math.floor((now - retention) / HOUR_MS) * HOUR_MS);
 }
 

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import type { EditorEvent } from "../../../protocol/events.js";
 import { SextantError } from "../../sdk/errors.js";
+import { withIdentity, type NewEvent } from "../../sdk/events.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson } from "../output.js";
 
@@ -24,10 +25,9 @@ export function parseEvents(text: string): EditorEvent[] {
   } catch (err) {
     throw new UsageError(`The events are not a JSON array or JSON lines: ${(err as Error).message}`);
   }
+  // Anything but an object goes as it is, for the edge to refuse with its reason.
   return values.map((v) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? ({ id: crypto.randomUUID(), at: Date.now(), ...v } as EditorEvent)
-      : (v as EditorEvent),
+    v && typeof v === "object" && !Array.isArray(v) ? withIdentity(v as NewEvent) : (v as EditorEvent),
   );
 }
 

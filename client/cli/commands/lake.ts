@@ -1,17 +1,15 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { Command, Option } from "commander";
-import { LakeDay, LakeHour, LAKE_TABLES, type LakeTable } from "../../../protocol/lake.js";
+import { LakeHour, LAKE_TABLES, type LakeTable } from "../../../protocol/lake.js";
 import { adminClient, UsageError, type GlobalOptions } from "../context.js";
 import { printJson, printTable } from "../output.js";
+import { parseDay } from "./usage.js";
 
 const globals = (cmd: Command) => cmd.optsWithGlobals<GlobalOptions>();
 const TABLES = Object.keys(LAKE_TABLES) as LakeTable[];
 
-function day(value: string): string {
-  if (!LakeDay.safeParse(value).success) throw new UsageError(`--day takes a UTC day as YYYY-MM-DD, not "${value}".`);
-  return value;
-}
+const day = (value: string) => parseDay("--day", value)!;
 
 function hour(value: string): string {
   const padded = value.padStart(2, "0");

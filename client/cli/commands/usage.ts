@@ -23,7 +23,7 @@ export function parseDimensions(value: string): UsageDimension[] {
   return names as UsageDimension[];
 }
 
-function parseDay(flag: string, value: string | undefined): string | undefined {
+export function parseDay(flag: string, value: string | undefined): string | undefined {
   if (value !== undefined && !UsageDay.safeParse(value).success) {
     throw new UsageError(`${flag} takes a UTC day as YYYY-MM-DD, not "${value}".`);
   }

@@ -6,6 +6,7 @@
  */
 import { Hono, type Context } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
+import { html as markup } from "hono/html";
 import uplotCss from "uplot/dist/uPlot.min.css";
 import uplotJs from "uplot/dist/uPlot.iife.min.js";
 import { z } from "zod";
@@ -20,9 +21,6 @@ import { validated } from "../../middleware/json-body.js";
 import { ApiError } from "../../problem.js";
 
 const Query = z.strictObject({ day: LakeDay.optional() });
-
-const escapeHtml = (s: string) =>
-  s.replace(/[&<>"']/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[ch]!);
 
 function secretOf(c: Context<AppEnv>): string {
   const secret = c.get("config").ADMIN_SECRET;
@@ -50,7 +48,8 @@ function html(c: Context<AppEnv>, body: string, status: 200 | 403 = 200, nonce?:
 }
 
 function loginPage(c: Context<AppEnv>, message?: string): Response {
-  const body = `<!doctype html>
+  // hono's `html` escapes what it interpolates.
+  const body = markup`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Sextant: sign in</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
 <style>body{font:15px system-ui,sans-serif;margin:10vh auto;max-width:24rem;color:#1f2328}
@@ -61,9 +60,9 @@ input,button{font:inherit;padding:.5rem;width:100%;box-sizing:border-box;margin:
 <label for="secret">Admin secret</label>
 <input id="secret" name="secret" type="password" autocomplete="current-password" required autofocus>
 <button type="submit">Sign in</button>
-${message ? `<p class="error" role="alert">${escapeHtml(message)}</p>` : ""}
+${message ? markup`<p class="error" role="alert">${message}</p>` : ""}
 </form></body></html>`;
-  return html(c, body, message ? 403 : 200);
+  return html(c, String(body), message ? 403 : 200);
 }
 
 const todayUtc = () => new Date().toISOString().slice(0, 10);
