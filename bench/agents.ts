@@ -14,6 +14,8 @@
  *   once on the same simulated endpoints in the `background` class (target: at most 1.2x).
  *
  *   npx tsx bench/agents.ts     # BENCH_AGENT_STARTS=50 BENCH_AGENT_TURNS=200 BENCH_AGENT_FLOOD=32 BENCH_FLOOD_SECONDS=20
+ *   BENCH_YIELD=compare npx tsx bench/agents.ts   # the flood alone, background yield off then on (or BENCH_YIELD=off|on)
+ *   BENCH_YIELD=on BENCH_YIELD_CONFIG='{"lagMs":1}' npx tsx bench/agents.ts   # the yield's settings for that run
  */
 import { pathToFileURL } from "node:url";
 import OpenAI from "openai";
@@ -37,12 +39,24 @@ export interface AgentBenchOptions {
    * rather than inside `npm start`'s process; `BENCH_AGENT_PROCESSES=separate`.
    */
   separateProcesses?: boolean;
+  /**
+   * The gateway's background yield (`workers/gateway/yield.ts`) as configured (`on`, the default) or
+   * turned off (`off`, which needs `separateProcesses`: the benchmark then writes the gateway's
+   * configuration); `BENCH_YIELD=compare` runs the flood both ways, off first.
+   */
+  backgroundYield?: "on" | "off";
+  /** The yield's settings for the `on` run, over the gateway's defaults (needs `separateProcesses`); `BENCH_YIELD_CONFIG` as JSON. */
+  yieldConfig?: Record<string, number>;
+  /** Only the flood: tab alone, then beside the agent tasks. */
+  floodOnly?: boolean;
 }
 
 export interface AgentBenchResult {
   driver: string;
   /** The sandbox host and the simulated backends ran in processes of their own. */
   separateProcesses: boolean;
+  backgroundYield: "on" | "off";
+  yieldConfig?: Record<string, number> | undefined;
   startToCommandMs: number[];
   roundTripMs: number[];
   parallel: { together: number[]; alone: number[][] };
@@ -144,7 +158,18 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
   const turns = options.turns ?? 200;
   const flood = options.flood ?? 32;
   const floodMs = (options.floodSeconds ?? 20) * 1000;
+  const backgroundYield = options.backgroundYield ?? "on";
+  const yieldConfig = backgroundYield === "off" ? { lagMs: 0 } : options.yieldConfig;
+  if (yieldConfig && !options.separateProcesses)
+    throw new Error(
+      "setting the background yield needs separateProcesses: the benchmark writes the gateway's configuration",
+    );
   const processes = options.separateProcesses ? await startAgentProcesses() : undefined;
+  if (processes && yieldConfig)
+    processes.vars.GATEWAY_CONFIG = JSON.stringify({
+      ...JSON.parse(processes.vars.GATEWAY_CONFIG!),
+      backgroundYield: yieldConfig,
+    });
   const stack = await startAgentStack(processes ? { vars: processes.vars } : {}).catch(async (err: unknown) => {
     await processes?.stop();
     throw err;
@@ -162,7 +187,7 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
     };
 
     const startToCommandMs: number[] = [];
-    for (let i = 0; i < starts; i++) {
+    for (let i = 0; i < (options.floodOnly ? 0 : starts); i++) {
       const id = await created(sdk, "Go (agent bench first command)");
       const startedAt = Date.now();
       await sdk.agents.start(id);
@@ -171,24 +196,27 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
       startToCommandMs.push(Number(ns / 1000n) / 1000 - startedAt);
     }
 
-    const roundTrip = await endedEvents(sdk, await startNow("Go (agent bench round trip)"));
-    const roundTripMs = [...callTimes(roundTrip).values()].map((c) => c.ms);
-
-    const parallelEvents = await endedEvents(
-      sdk,
-      await startNow("Go (agent bench parallel)", { sandboxSeconds: 3600 }),
-    );
-    const greps = [...callTimes(parallelEvents).values()].filter((c) => c.tool === "grep");
+    const roundTripMs: number[] = [];
     const together: number[] = [];
     const alone: number[][] = [];
-    for (let round = 0; round < 5; round++) {
-      const group = greps.slice(round * 8, round * 8 + 8);
-      together.push(Math.max(...group.slice(0, 4).map((c) => c.ms)));
-      alone.push(group.slice(4).map((c) => c.ms));
+    const pastDeadlineMs: number[] = [];
+    if (!options.floodOnly) {
+      const roundTrip = await endedEvents(sdk, await startNow("Go (agent bench round trip)"));
+      roundTripMs.push(...[...callTimes(roundTrip).values()].map((c) => c.ms));
+
+      const parallelEvents = await endedEvents(
+        sdk,
+        await startNow("Go (agent bench parallel)", { sandboxSeconds: 3600 }),
+      );
+      const greps = [...callTimes(parallelEvents).values()].filter((c) => c.tool === "grep");
+      for (let round = 0; round < 5; round++) {
+        const group = greps.slice(round * 8, round * 8 + 8);
+        together.push(Math.max(...group.slice(0, 4).map((c) => c.ms)));
+        alone.push(group.slice(4).map((c) => c.ms));
+      }
     }
 
-    const pastDeadlineMs: number[] = [];
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < (options.floodOnly ? 0 : 3); i++) {
       const task = await taskEnded(
         sdk,
         await startNow("Go (agent bench sleeper)", { wallSeconds: 5, sandboxSeconds: 3600 }),
@@ -236,6 +264,8 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
     return {
       driver,
       separateProcesses: processes !== undefined,
+      backgroundYield,
+      yieldConfig: backgroundYield === "on" ? options.yieldConfig : undefined,
       startToCommandMs,
       roundTripMs,
       parallel: { together, alone },
@@ -263,27 +293,34 @@ export function reportAgentBench(r: AgentBenchResult): string {
   const ratios = r.parallel.together.map((t, i) => t / Math.max(...r.parallel.alone[i]!));
   const p95 = (v: number[]) => quantile(v, 0.95);
   const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
+  const tab = `  tab p95 time to first token, background yield ${r.backgroundYield}${r.yieldConfig ? ` ${JSON.stringify(r.yieldConfig)}` : ""}: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
+  const title = `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`;
+  if (r.startToCommandMs.length === 0) return [title, tab].join("\n");
   return [
-    `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`,
+    title,
     `  start to first command: p50 ${fmt(median(r.startToCommandMs))} ms ${interval(r.startToCommandMs, 0.5)}, p95 ${fmt(p95(r.startToCommandMs))} ms over ${r.startToCommandMs.length} tasks (goal: p50 <= 1000 ms)`,
     `  tool-call round trip (read_file): p50 ${fmt(median(r.roundTripMs))} ms ${interval(r.roundTripMs, 0.5)}, p99 ${fmt(quantile(r.roundTripMs, 0.99))} ms ${interval(r.roundTripMs, 0.99)} over ${r.roundTripMs.length} calls`,
     `  four greps in one turn vs the slowest alone: ${ratios.map((x) => `${x.toFixed(2)}x`).join(", ")} (median ${median(ratios).toFixed(2)}x; target <= 1.3x); together ${r.parallel.together.map(fmt).join(", ")} ms, the slowest alone ${r.parallel.alone.map((a) => fmt(Math.max(...a))).join(", ")} ms`,
     `  a task over its wall time ended ${r.pastDeadlineMs.map(fmt).join(", ")} ms after its deadline (target: within 1000 ms)`,
-    `  tab p95 time to first token: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`,
+    tab,
   ].join("\n");
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const env = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);
-  console.log(
-    reportAgentBench(
-      await runAgentBench({
-        starts: env("BENCH_AGENT_STARTS"),
-        turns: env("BENCH_AGENT_TURNS"),
-        flood: env("BENCH_AGENT_FLOOD"),
-        floodSeconds: env("BENCH_FLOOD_SECONDS"),
-        separateProcesses: process.env.BENCH_AGENT_PROCESSES === "separate",
-      }),
-    ),
-  );
+  const options: AgentBenchOptions = {
+    starts: env("BENCH_AGENT_STARTS"),
+    turns: env("BENCH_AGENT_TURNS"),
+    flood: env("BENCH_AGENT_FLOOD"),
+    floodSeconds: env("BENCH_FLOOD_SECONDS"),
+    separateProcesses: process.env.BENCH_AGENT_PROCESSES === "separate",
+    yieldConfig: process.env.BENCH_YIELD_CONFIG ? JSON.parse(process.env.BENCH_YIELD_CONFIG) : undefined,
+  };
+  const flood = { ...options, separateProcesses: true, floodOnly: true };
+  const mode = process.env.BENCH_YIELD;
+  // The flood alone with the gateway's background yield off, on, or off then on in one run.
+  if (mode === "off" || mode === "compare")
+    console.log(reportAgentBench(await runAgentBench({ ...flood, backgroundYield: "off" })));
+  if (mode === "on" || mode === "compare") console.log(reportAgentBench(await runAgentBench(flood)));
+  if (!mode) console.log(reportAgentBench(await runAgentBench(options)));
 }

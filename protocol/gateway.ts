@@ -201,6 +201,21 @@ export const GatewayConfig = z
       .prefault({}),
     /** How long a tab request may wait for a free slot before it is refused. */
     tabQueueMs: z.number().int().min(0).max(10_000).default(250),
+    /**
+     * Background requests yield to interactive ones (`workers/gateway/yield.ts`): while a tab, chat or
+     * apply request has started in the isolate within `interactiveMs`, background requests go one at
+     * a time, each once the isolate's timers run at most `lagMs` late (smoothed), and none waits past
+     * `maxWaitMs`. `lagMs` 0 turns it off.
+     */
+    backgroundYield: z
+      .object({
+        lagMs: z.number().min(0).max(1_000).default(0.5),
+        pollMs: z.number().int().min(1).max(100).default(2),
+        maxWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+        interactiveMs: z.number().int().min(0).max(60_000).default(1_000),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict()
   .superRefine((config, ctx) => {
@@ -327,5 +342,19 @@ export const GatewayStatus = z.object({
   probeIntervalMs: z.number().int(),
   pools: z.array(PoolStatus),
   endpoints: z.array(EndpointStatus),
+  /** This isolate only: how its background requests yield to interactive ones (`backgroundYield`). */
+  backgroundYield: z
+    .object({
+      /** A tab, chat or apply request started here within `interactiveMs`: background requests wait their turn. */
+      interactive: z.boolean(),
+      /** How late this isolate's timers have been running lately (smoothed). */
+      lagMs: z.number(),
+      waiting: z.number().int(),
+      /** Background requests that went at once, that took their turn in line, and those of them that were held. */
+      bypassed: z.number().int(),
+      admitted: z.number().int(),
+      yielded: z.number().int(),
+    })
+    .optional(),
 });
 export type GatewayStatus = z.infer<typeof GatewayStatus>;

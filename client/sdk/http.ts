@@ -4,6 +4,9 @@ import { Problem } from "../../protocol/schemas.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
 import { parseRateLimit } from "./rate-limit.js";
+import { sleep } from "../../protocol/sleep.js";
+
+export { sleep };
 
 export interface HttpClientOptions {
   baseURL: string;
@@ -165,26 +168,6 @@ export function retryDelay(headers: Headers, attempt: number, now = Date.now()):
 export function backoff(attempt: number): number {
   const base = Math.min(500 * 2 ** attempt, 8000);
   return base * (1 - Math.random() * 0.25);
-}
-
-/**
- * Waits, or rejects when `signal` aborts. Its listener goes once the wait is over: a long-lived
- * signal (`sextant watch`'s) sees a wait per retry, and listeners left behind pile up past Node's
- * warning threshold during an outage.
- */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 function describe(err: unknown): string {

@@ -84,6 +84,8 @@ describe("the gateway's operator view", () => {
           },
         },
         health: { probeIntervalMs: 200, probeTimeoutMs: 1_000, snapshotMaxAgeMs: 100, ejectionMs: 60_000 },
+        // Long enough that a slow machine cannot end the interactive window between two requests.
+        backgroundYield: { interactiveMs: 60_000 },
       }),
       { EAST_KEY: EAST_SECRET },
     );
@@ -146,6 +148,33 @@ describe("the gateway's operator view", () => {
     });
     expect(raw.headers.get("Content-Type")).toMatch(/^application\/json/);
     expect(await raw.text()).not.toContain(EAST_SECRET);
+  });
+
+  it("lets background requests go at once while no interactive request is about, and in turn after one", async () => {
+    const background = gw.openai({ defaultHeaders: { "X-Sextant-Priority": "background" } });
+    const backgroundCompletion = () =>
+      background.completions.create({ model: "tab-sim", prompt: "def sub(a, b):", suffix: "\n", max_tokens: 4 });
+    const before = (await status()).backgroundYield!;
+    expect(before).toMatchObject({ interactive: false, waiting: 0 });
+    await backgroundCompletion();
+    const quiet = (await status()).backgroundYield!;
+    expect(quiet.bypassed).toBe(before.bypassed + 1);
+    expect(quiet.admitted).toBe(before.admitted);
+
+    await complete();
+    await Promise.all([backgroundCompletion(), backgroundCompletion(), backgroundCompletion()]);
+    const busy = (await status()).backgroundYield!;
+    expect(busy).toMatchObject({ interactive: true, waiting: 0, bypassed: quiet.bypassed });
+    // In turn, through the isolate's own timers: each took a place in line and left it.
+    expect(busy.admitted).toBe(quiet.admitted + 3);
+    expect(busy.lagMs).toBeGreaterThanOrEqual(0);
+
+    const cli = (...args: string[]) =>
+      main(["--base-url", gw.edge.baseURL, "--admin-secret", savedLocalEdge(gw.edge).adminSecret, ...args]);
+    expect(await cli("admin", "gateway")).toBe(EXIT.ok);
+    expect(output()).toMatch(
+      /^Background yield \(the isolate that answered\): interactive traffic, background waits its turn; timers [\d.]+ ms late; 0 waiting; \d+ went at once, \d+ in turn \(\d+ held\)$/m,
+    );
   });
 
   it("shows an endpoint failing its probes, then its slow start once it recovers", async () => {

@@ -6,6 +6,7 @@
  */
 import { PRIORITY_CLASSES, userShare, type GatewayConfig, type PriorityClass } from "../../protocol/gateway.js";
 import type { ResolvedEndpoint, ResolvedPool } from "./config.js";
+import { BackgroundGate } from "./yield.js";
 
 export interface EndpointHealth {
   /** Routable per the health object: probes pass and no isolate's ejection is in force. */
@@ -83,8 +84,12 @@ export class Balancer {
   snapshotAt = 0;
   /** Slots released in this isolate so far: a waiting request sees one freed by comparing. */
   private releases = 0;
+  /** Where background requests wait for room on the isolate's thread. */
+  readonly backgroundGate: BackgroundGate;
 
-  constructor(readonly config: GatewayConfig) {}
+  constructor(readonly config: GatewayConfig) {
+    this.backgroundGate = new BackgroundGate(config.backgroundYield);
+  }
 
   private state(id: string): EndpointState {
     let state = this.endpoints.get(id);

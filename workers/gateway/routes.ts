@@ -102,6 +102,12 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);
   const { org, user, key } = c.get("principal");
+  // Before any reservation: a background request waits here for room on the isolate's thread.
+  if (cls !== "background") balancer.backgroundGate.interactive(Date.now());
+  else
+    await balancer.backgroundGate.admit(c.req.raw.signal).catch(() => {
+      throw new ApiError("unavailable", "The client went away.");
+    });
   const limits = await enforceLimits(c, pool.role, pool.role === "tab", tokenReserve(body, surface !== "embeddings"));
   const now = Date.now();
   const ramp = balancer.admitRamp(pool, user.id, org.plan !== "free", now);

@@ -236,6 +236,11 @@ export function printGatewayStatus(status: GatewayStatus): void {
     ["last probe", (e) => probeCell(e, status.at)],
     ["secret", (e) => e.secret],
   ]);
+  const y = status.backgroundYield;
+  if (y)
+    process.stdout.write(
+      `\nBackground yield (the isolate that answered): ${y.interactive ? "interactive traffic, background waits its turn" : "no interactive traffic, background goes at once"}; timers ${y.lagMs} ms late; ${y.waiting} waiting; ${y.bypassed} went at once, ${y.admitted} in turn (${y.yielded} held)\n`,
+    );
 }
 
 /** The state as the edge saw it when it answered; lifted wins over expired. */

@@ -117,6 +117,7 @@ export async function gatewayStatus(env: Env): Promise<GatewayStatus> {
     probeIntervalMs: gateway.config.health.probeIntervalMs,
     pools,
     endpoints,
+    backgroundYield: balancer.backgroundGate.status(now),
   };
   return status;
 }
