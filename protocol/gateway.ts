@@ -209,7 +209,7 @@ export const GatewayConfig = z
      */
     backgroundYield: z
       .object({
-        lagMs: z.number().min(0).max(1_000).default(0.5),
+        lagMs: z.number().min(0).max(1_000).default(0.25),
         pollMs: z.number().int().min(1).max(100).default(2),
         maxWaitMs: z.number().int().min(0).max(60_000).default(2_000),
         interactiveMs: z.number().int().min(0).max(60_000).default(1_000),

@@ -76,7 +76,7 @@ function track(g: BackgroundGate, order: number[], n: number, signal?: AbortSign
 describe("background yield", () => {
   it("is on by default, and validated as configuration", () => {
     const config = GatewayConfig.parse({ pools: {} });
-    expect(config.backgroundYield).toEqual({ lagMs: 0.5, pollMs: 2, maxWaitMs: 2_000, interactiveMs: 1_000 });
+    expect(config.backgroundYield).toEqual({ lagMs: 0.25, pollMs: 2, maxWaitMs: 2_000, interactiveMs: 1_000 });
     expect(() => GatewayConfig.parse({ pools: {}, backgroundYield: { lagMs: -1 } })).toThrow();
     expect(() => GatewayConfig.parse({ pools: {}, backgroundYield: { pollMs: 0 } })).toThrow();
     expect(() => GatewayConfig.parse({ pools: {}, backgroundYield: { wait: 1 } })).toThrow();
