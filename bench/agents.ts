@@ -293,7 +293,7 @@ export function reportAgentBench(r: AgentBenchResult): string {
   const ratios = r.parallel.together.map((t, i) => t / Math.max(...r.parallel.alone[i]!));
   const p95 = (v: number[]) => quantile(v, 0.95);
   const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
-  const tab = `  tab p95 time to first token, background yield ${r.backgroundYield}${r.yieldConfig ? ` ${JSON.stringify(r.yieldConfig)}` : ""}: ${fmt(p95(r.tab.aloneTtftMs))} ms alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
+  const tab = `  tab p95 time to first token, background yield ${r.backgroundYield}${r.yieldConfig ? ` ${JSON.stringify(r.yieldConfig)}` : ""}: ${fmt(p95(r.tab.aloneTtftMs))} ms ${interval(r.tab.aloneTtftMs, 0.95)} alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms ${interval(r.tab.floodedTtftMs, 0.95)} beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
   const title = `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`;
   if (r.startToCommandMs.length === 0) return [title, tab].join("\n");
   return [
