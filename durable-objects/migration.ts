@@ -264,6 +264,24 @@ export class Generations {
   }
 
   /**
+   * The files the pending generation holds at the tree's current hash, in path order after
+   * `after`: `limit` of them, and whether more follow. None while no move is under way.
+   */
+  held(after: string, limit: number): { files: { path: string; hash: string }[]; more: boolean } {
+    if (!this.pending) return { files: [], more: false };
+    const rows = this.sql
+      .exec<{ path: string; hash: string }>(
+        `SELECT r.path AS path, r.hash AS hash FROM reembed_files r
+         JOIN nodes n ON n.path = r.path AND n.hash = r.hash AND n.kind = 'f'
+         WHERE r.path > ? ORDER BY r.path LIMIT ?`,
+        after,
+        limit + 1,
+      )
+      .toArray();
+    return { files: rows.slice(0, limit).map((r) => ({ path: r.path, hash: r.hash })), more: rows.length > limit };
+  }
+
+  /**
    * Makes the pending generation current, inside the transaction of the commit that completed it,
    * and retires the old one, whose storage `sweep` then deletes.
    */

@@ -4,9 +4,11 @@ import { loadIndexConfig } from "../workers/config.js";
 import {
   DiffRequest,
   Hash,
+  ReembedRequest,
   SYNC_PROTOCOL,
   type CommitResponse,
   type DiffResponse,
+  type ReembedResponse,
   type SearchResponse,
   type StageResponse,
   type TreeStatus,
@@ -137,6 +139,14 @@ export class Workspace extends DurableObject<Env> {
     if (!this.#tree) return null;
     const { nodes, truncated } = this.#tree.descendants(request.dirs, request.budget);
     return { protocol: SYNC_PROTOCOL, root: this.#tree.totals().root, nodes, truncated };
+  }
+
+  /** The files already moved to the edge's embedder (`POST …/tree/reembed`); null without a workspace. */
+  async reembedded(input: ReembedRequest): Promise<ReembedResponse | null> {
+    const request = parse(ReembedRequest, input, "re-embed request");
+    if (!this.#tree || !this.#generations) return null;
+    const { files, more } = this.#generations.held(request.after ?? "", request.limit);
+    return { protocol: SYNC_PROTOCOL, files, next: more ? files.at(-1)!.path : null };
   }
 
   /** Applies a batch of files and deletions (`applyCommit`, in commit.ts) and records the sync. */

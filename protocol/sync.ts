@@ -101,6 +101,29 @@ export const DiffRequest = z.strictObject({
 });
 export type DiffRequest = z.input<typeof DiffRequest>;
 
+/** How many files one page of `POST …/tree/reembed` lists at most. */
+export const MAX_REEMBED_PAGE = 5000;
+
+/**
+ * `POST /v1/workspaces/{id}/tree/reembed`: while the index moves to the edge's embedder, the files
+ * (path and hash, as the tree holds them now) already sent for the new model, in path order after
+ * `after`, so a client whose move was interrupted re-sends only the rest.
+ */
+export const ReembedRequest = z.strictObject({
+  protocol,
+  after: EncryptedPath.optional(),
+  limit: z.number().int().min(1).max(MAX_REEMBED_PAGE).default(MAX_REEMBED_PAGE),
+});
+export type ReembedRequest = z.input<typeof ReembedRequest>;
+
+export const ReembedResponse = z.object({
+  protocol: z.literal(SYNC_PROTOCOL),
+  files: z.array(z.object({ path: z.string(), hash: Hash })),
+  /** Pass as `after` for the next page; null on the last. */
+  next: z.string().nullable(),
+});
+export type ReembedResponse = z.infer<typeof ReembedResponse>;
+
 export const TreeNode = z.object({ path: z.string(), kind: z.enum(["f", "d"]), hash: Hash });
 export type TreeNode = z.infer<typeof TreeNode>;
 

@@ -23,12 +23,14 @@ import {
 import {
   CommitResponse,
   DiffResponse,
+  ReembedResponse,
   SearchResponse,
   StageResponse,
   TreeStatus,
   VECTOR_KEY_HEADER,
   type CommitRequest,
   type DiffRequest,
+  type ReembedRequest,
   type SearchRequest,
   type StageRequest,
 } from "../../protocol/sync.js";
@@ -178,6 +180,19 @@ export class Sextant {
         path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/diff`,
         body,
         schema: DiffResponse,
+        idempotent: true,
+        ...opts,
+      }),
+    /**
+     * While the edge moves the index to its embedder (`tree().reembed`), the files already sent for
+     * it, a page at a time: a client re-sends only the others.
+     */
+    reembedded: (workspaceId: string, body: ReembedRequest, opts: PerRequest = {}) =>
+      this.http.request({
+        method: "POST",
+        path: `/v1/workspaces/${encodeURIComponent(workspaceId)}/tree/reembed`,
+        body,
+        schema: ReembedResponse,
         idempotent: true,
         ...opts,
       }),

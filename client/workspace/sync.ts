@@ -1,6 +1,7 @@
 import { EMPTY_ROOT, parentOf } from "../../protocol/merkle.js";
 import { MAX_COMMIT_ENTRIES, MAX_DIFF_NODES, SYNC_PROTOCOL, type TreeNode, type Upsert } from "../../protocol/sync.js";
 import type { Sextant } from "../sdk/client.js";
+import { NotFoundError } from "../sdk/errors.js";
 import { FileTable } from "./file-table.js";
 import type { WorkspaceSecret } from "./secret.js";
 import { prepareUpload, splitUpload, withoutChunks, type PreparedUpload } from "./upload.js";
@@ -57,7 +58,10 @@ export interface Reembed {
   /** The index's model before the move (null: one the edge cannot name). */
   from: string | null;
   to: string;
+  /** Files sent for the move in this run. */
   files: number;
+  /** Files an earlier, interrupted run had already moved (same path and hash): not sent again. */
+  alreadyMoved: number;
   moved: boolean;
 }
 
@@ -131,15 +135,17 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     }
     report.deleted += changes.deletes.length;
     if (reembed) {
-      // Same paths and hashes: the edge keeps serving its index until every file has arrived.
-      changes = {
-        upserts: fromSnapshot(tree, { ...state, synced: FileTable.empty() }, options.secret).upserts,
-        deletes: changes.deletes,
-      };
+      // Same paths and hashes: the edge keeps serving its index until every file has arrived. Files
+      // an interrupted run already moved, unchanged since, are not sent again.
+      const moved = await reembedded(options, call);
+      const every = fromSnapshot(tree, { ...state, synced: FileTable.empty() }, options.secret).upserts;
+      const upserts = every.filter((u) => moved.get(u.path) !== u.hash);
+      changes = { upserts, deletes: changes.deletes };
       report.reembed = {
         from: status.model ?? null,
         to: status.embedder ?? "",
-        files: changes.upserts.length,
+        files: upserts.length,
+        alreadyMoved: every.length - upserts.length,
         moved: false,
       };
       options.onReembed?.(report.reembed);
@@ -155,6 +161,32 @@ export async function syncTree(options: SyncOptions): Promise<SyncReport> {
     state.syncedRoot = tree.root;
   }
   return report;
+}
+
+/**
+ * The files (encrypted path → hash) the edge already holds for the embedder it is moving the index
+ * to, page by page. An edge from before `POST …/tree/reembed` answers 404: every file goes again.
+ */
+async function reembedded(options: SyncOptions, call: <T>(p: Promise<T>) => Promise<T>): Promise<Map<string, string>> {
+  const moved = new Map<string, string>();
+  let after: string | undefined;
+  try {
+    do {
+      const page = await call(
+        options.sextant.workspaces.reembedded(
+          options.workspaceId,
+          { protocol: SYNC_PROTOCOL, ...(after === undefined ? {} : { after }) },
+          options.signal ? { signal: options.signal } : {},
+        ),
+      );
+      for (const file of page.files) moved.set(file.path, file.hash);
+      after = page.next ?? undefined;
+    } while (after !== undefined);
+  } catch (err) {
+    if (err instanceof NotFoundError) return new Map();
+    throw err;
+  }
+  return moved;
 }
 
 /** How the local files differ from the synced snapshot, as counts. */

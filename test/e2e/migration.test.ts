@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { Sextant } from "../../client/sdk/client.js";
+import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
+import { SYNC_PROTOCOL } from "../../protocol/sync.js";
 import { makeTree } from "../support/fixture.js";
-import { restartableEdge } from "../support/local-edge.js";
+import { restartableEdge, savedLocalEdge } from "../support/local-edge.js";
 import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
 
 const FILES = {
@@ -56,11 +59,39 @@ describe("moving a workspace to the edge's new embedder", () => {
     expect(hits[0].path).toBe("src/orbit/kepler.ts");
   }, 60_000);
 
-  it("`sextant index` says it is moving the workspace, re-sends every file, and ends on the new embedder", async () => {
+  it("a move cut off after part of its files leaves them moved, and searches keep using the old index", async () => {
+    vi.stubEnv("SEXTANT_CONFIG_DIR", local.env.SEXTANT_CONFIG_DIR!);
+    vi.stubEnv("SEXTANT_CACHE_DIR", local.env.SEXTANT_CACHE_DIR!);
+    try {
+      const sdk = new Sextant({
+        apiKey: savedLocalEdge(local.edge).apiKey,
+        baseURL: local.edge.baseURL,
+        maxRetries: 0,
+      });
+      // The edge takes a commit of the first two files, then the client's connection drops.
+      const commit = sdk.workspaces.commit.bind(sdk.workspaces);
+      sdk.workspaces.commit = async (id, body, opts) => {
+        await commit(id, { ...body, upserts: (body.upserts ?? []).slice(0, 2) }, opts);
+        throw new Error("the connection dropped");
+      };
+      const ws = await openWorkspace(sdk, dir);
+      await expect(indexWorkspace(sdk, ws)).rejects.toThrow(/the connection dropped/);
+      const moved = await sdk.workspaces.reembedded(ws.entry.workspaceId, { protocol: SYNC_PROTOCOL });
+      expect(moved.files).toHaveLength(2);
+      expect(moved.next).toBeNull();
+      expect((await sdk.workspaces.tree(ws.entry.workspaceId)).reembed).toBe(true);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+    const hits = await json(["search", "solveKeplerEquation eccentric anomaly", dir, "-k", "1"]);
+    expect(hits[0].path).toBe("src/orbit/kepler.ts");
+  }, 60_000);
+
+  it("`sextant index` says it is moving the workspace, sends the files not yet moved, and ends on the new embedder", async () => {
     const run = await cli(["index", dir]);
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toMatch(
-      /Moving the workspace to this edge's embedder \S+ \(indexed by standin-embed-768\): sending 4 files again/,
+      /Moving the workspace to this edge's embedder \S+ \(indexed by standin-embed-768\): sending 2 files again \(2 files moved by an earlier run\)/,
     );
     expect(run.stdout).toContain("moved to");
     const again = await json(["index", dir]);

@@ -4,7 +4,7 @@ import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { IndexedChunk } from "../../durable-objects/workspace.js";
 import { BUILTIN_DIMS, BUILTIN_MODEL, embedBuiltin } from "../../protocol/embedder/builtin.js";
 import { TermKey } from "../../protocol/keyed-terms.js";
-import { SearchResponse, SYNC_PROTOCOL, TreeStatus, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
+import { ReembedResponse, SearchResponse, SYNC_PROTOCOL, TreeStatus, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import { VectorKey } from "../../protocol/vector-key.js";
 import { call, createAccount, expectJson, expectProblem, hex, seg, vectorKeyOf, type Account } from "./harness.js";
 
@@ -238,6 +238,67 @@ describe("a workspace indexed by another embedder than the edge's", () => {
       mismatch: { expected: 256, got: 64 },
     });
     expect(await stub.commit(tree, [chunk], { embedder: LEXICAL })).toEqual({ mismatch: { expected: 512, got: 64 } });
+  });
+
+  it("lists the files already moved, page by page, until the move finishes", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const id = await indexedByLexical(account, key);
+    const moved = (body: Record<string, unknown>) =>
+      call(`/v1/workspaces/${id}/tree/reembed`, { token: account.key.key, body: { protocol: SYNC_PROTOCOL, ...body } });
+    expect(await expectJson(await moved({}), 200, ReembedResponse)).toEqual({
+      protocol: SYNC_PROTOCOL,
+      files: [],
+      next: null,
+    });
+    const sent = original(PATHS.slice(0, 3)).sort((a, b) => (a.path < b.path ? -1 : 1));
+    await resend(account, id, key, sent);
+    const all = await expectJson(await moved({}), 200, ReembedResponse);
+    expect(all).toEqual({ protocol: SYNC_PROTOCOL, files: sent.map(({ path, hash }) => ({ path, hash })), next: null });
+    const first = await expectJson(await moved({ limit: 2 }), 200, ReembedResponse);
+    expect(first.files.map((f) => f.path)).toEqual([sent[0]!.path, sent[1]!.path]);
+    expect(first.next).toBe(sent[1]!.path);
+    const second = await expectJson(await moved({ after: first.next, limit: 2 }), 200, ReembedResponse);
+    expect(second).toEqual({
+      protocol: SYNC_PROTOCOL,
+      files: [{ path: sent[2]!.path, hash: sent[2]!.hash }],
+      next: null,
+    });
+    // A file deleted since it was moved is no longer listed.
+    const gone = await call(`/v1/workspaces/${id}/tree/commit`, {
+      token: account.key.key,
+      body: { protocol: SYNC_PROTOCOL, upserts: [], deletes: [sent[0]!.path] },
+      headers: { [VECTOR_KEY_HEADER]: key },
+    });
+    expect(gone.status).toBe(200);
+    expect((await expectJson(await moved({}), 200, ReembedResponse)).files.map((f) => f.path)).toEqual([
+      sent[1]!.path,
+      sent[2]!.path,
+    ]);
+    const rest = PATHS.filter((p) => !sent.some((s) => s.path === p));
+    expect(await resend(account, id, key, original(rest))).toMatchObject({ reembed: false });
+    expect(await expectJson(await moved({}), 200, ReembedResponse)).toEqual({
+      protocol: SYNC_PROTOCOL,
+      files: [],
+      next: null,
+    });
+  });
+
+  it("refuses a malformed listing of moved files, and another org's workspace", async () => {
+    const owner = await createAccount();
+    const other = await createAccount();
+    const id = await indexedByLexical(owner, vectorKeyOf());
+    const moved = (token: string, body: unknown) => call(`/v1/workspaces/${id}/tree/reembed`, { token, body });
+    await expectProblem(await moved(other.key.key, { protocol: SYNC_PROTOCOL }), 404, "not_found");
+    for (const body of [
+      {},
+      { protocol: 1 },
+      { protocol: SYNC_PROTOCOL, after: "plain/text.ts" },
+      { protocol: SYNC_PROTOCOL, limit: 0 },
+      { protocol: SYNC_PROTOCOL, limit: 5001 },
+      { protocol: SYNC_PROTOCOL, cursor: "x" },
+    ])
+      await expectProblem(await moved(owner.key.key, body), 400, "invalid_request");
   });
 
   it("answers 404 for another org's workspace, and a problem for a bad request", async () => {

@@ -43,6 +43,12 @@ const customerRoutes: Route[] = [
   },
   {
     method: "POST",
+    path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/reembed`,
+    body: { protocol: SYNC_PROTOCOL },
+    tenant: true,
+  },
+  {
+    method: "POST",
     path: (ids) => `/v1/workspaces/${ids.workspaceId}/tree/commit`,
     body: { protocol: SYNC_PROTOCOL, upserts: [] },
     tenant: true,

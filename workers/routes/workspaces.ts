@@ -3,6 +3,7 @@ import { CreateWorkspaceRequest, type WorkspaceDetail } from "../../protocol/sch
 import {
   CommitRequest,
   DiffRequest,
+  ReembedRequest,
   SearchRequest,
   StageRequest,
   type ChunkUpload,
@@ -237,6 +238,11 @@ export const workspaces = new Hono<AppEnv>()
     const body = await jsonBody(c, DiffRequest);
     const { workspace, stub } = await ownWorkspace(c);
     return c.json(await timed(c, workspace.id, () => stub.diff(body)));
+  })
+  .post("/:id/tree/reembed", async (c) => {
+    const body = await jsonBody(c, ReembedRequest);
+    const { workspace, stub } = await ownWorkspace(c);
+    return c.json(await timed(c, workspace.id, () => stub.reembedded(body)));
   })
   .post("/:id/tree/commit", async (c) => {
     const body = await jsonBody(c, CommitRequest);

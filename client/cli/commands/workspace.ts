@@ -59,7 +59,8 @@ export function skippedList(files: readonly SkippedFile[]): string {
 /** What `sextant index` says when the edge's embedder changed since the workspace was indexed. */
 export function reembedLine(reembed: Reembed): string {
   const from = reembed.from ? ` (indexed by ${reembed.from})` : "";
-  return `Moving the workspace to this edge's embedder ${reembed.to}${from}: sending ${plural(reembed.files, "file")} again; searches keep working meanwhile.`;
+  const resumed = reembed.alreadyMoved > 0 ? ` (${plural(reembed.alreadyMoved, "file")} moved by an earlier run)` : "";
+  return `Moving the workspace to this edge's embedder ${reembed.to}${from}: sending ${plural(reembed.files, "file")} again${resumed}; searches keep working meanwhile.`;
 }
 
 export function summary(report: IndexReport): string {
