@@ -102,6 +102,19 @@ export class Catalogue {
     return ids;
   }
 
+  /** Which of these paths have chunks in this generation. */
+  holds(paths: readonly string[]): Set<string> {
+    const held = new Set<string>();
+    for (const path of new Set(paths))
+      if (
+        this.sql
+          .exec("SELECT 1 FROM catalogue WHERE generation = ? AND path = ? LIMIT 1", this.generation, path)
+          .toArray().length > 0
+      )
+        held.add(path);
+    return held;
+  }
+
   /** The rows for these ids that are still live, by id. */
   lookup(ids: readonly number[]): Map<number, CatalogueRow> {
     const out = new Map<number, CatalogueRow>();

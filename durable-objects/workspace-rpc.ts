@@ -91,6 +91,11 @@ export const SearchInput = z.object({
   topK: z.number().int().min(1).max(100),
   pathPrefix: EncryptedPath.optional(),
   language: Language.optional(),
+  /**
+   * The question as the edge's embedder sees it, while the index moves to that model: files that
+   * changed or arrived since the move began are only in the new generation, and are searched there.
+   */
+  pending: z.object({ vector: Vector, model: z.string().min(1).max(200) }).optional(),
 });
 export type SearchInput = z.input<typeof SearchInput>;
 

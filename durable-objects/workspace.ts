@@ -228,12 +228,33 @@ export class Workspace extends DurableObject<Env> {
     if (vector && vector.length !== current.dims) return { mismatch: { expected: current.dims, got: vector.length } };
     try {
       const results = await hybridSearch(current.backend, current.catalogue, query);
+      const moved = await this.#movedMeanwhile(query);
+      if (moved.length > 0) {
+        results.push(...moved);
+        results.sort((a, b) => b.score - a.score);
+        results.splice(query.topK);
+      }
       const ranked = vector ? { mode: "hybrid" as const, ...(current.model ? { model: current.model } : {}) } : {};
       return { protocol: SYNC_PROTOCOL, root, results, ...(vector ? ranked : { mode: "lexical" as const }) };
     } catch (err) {
       if (err instanceof TurbopufferBackendError) return { backendFailure: backendFailure(err) };
       throw err;
     }
+  }
+
+  /**
+   * While the index moves to another model, the hits of files that changed or arrived since the move
+   * began: the old generation no longer holds them, the new one does, searched with the question in
+   * its model. Ranked among the old generation's hits by their fused scores.
+   */
+  async #movedMeanwhile(query: z.output<typeof SearchInput>) {
+    const pending = this.#generations!.pending;
+    const current = this.#generations!.current!;
+    if (!query.pending || !pending || pending.model !== query.pending.model) return [];
+    if (query.pending.vector.length !== pending.dims) return [];
+    const hits = await hybridSearch(pending.backend, pending.catalogue, { ...query, vector: query.pending.vector });
+    const held = current.catalogue.holds(hits.map((h) => h.path));
+    return hits.filter((h) => !held.has(h.path));
   }
 
   /**

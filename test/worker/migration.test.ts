@@ -170,7 +170,7 @@ describe("a workspace indexed by another embedder than the edge's", () => {
     expect(new Set(answer.results.map((r) => r.path)).size).toBe(answer.results.length);
   });
 
-  it("serves a file changed during the move without its old lines, before and after the switch", async () => {
+  it("serves a file changed during the move with its new lines only, before and after the switch", async () => {
     const account = await createAccount();
     const key = vectorKeyOf();
     const id = await indexedByLexical(account, key);
@@ -179,10 +179,26 @@ describe("a workspace indexed by another embedder than the edge's", () => {
       text: "export function slugifyHeading(title: string) { return kebab(title); }",
       hash: hex("9"),
     };
-    await resend(account, id, key, [changed]);
+    const added = {
+      path: seg("e"),
+      text: "def haversine_distance(lat1, lon1, lat2, lon2):\n    return 0",
+      hash: hex("a"),
+    };
+    await resend(account, id, key, [changed, added]);
+    // Its old lines are gone at once: no hit of it matches their words.
     const before = await expectJson(await search(account, id, key, "renderMarkdownTable rows"), 200, SearchResponse);
-    expect(before.results.map((r) => r.path)).not.toContain(seg("b"));
-    const done = await resend(account, id, key, [...original(PATHS.filter((p) => p !== seg("b"))), changed]);
+    expect(before.results.find((r) => r.path === seg("b") && r.channels.lexical !== null)).toBeUndefined();
+    // Its new lines, and a file added during the move, are found in the new generation meanwhile.
+    const during = await expectJson(await search(account, id, key, "slugifyHeading title"), 200, SearchResponse);
+    expect(during).toMatchObject({ mode: "hybrid", model: BUILTIN_MODEL });
+    expect(during.results[0]).toMatchObject({ path: seg("b"), startLine: 1 });
+    const fresh = await expectJson(await search(account, id, key, "haversine distance"), 200, SearchResponse);
+    expect(fresh.results[0]?.path).toBe(seg("e"));
+    // A file moved unchanged is served once, from the old generation.
+    await resend(account, id, key, original([seg("a")]));
+    const once = await expectJson(await search(account, id, key, "revoke an api key"), 200, SearchResponse);
+    expect(once.results.filter((r) => r.path === seg("a"))).toHaveLength(1);
+    const done = await resend(account, id, key, [...original(PATHS.filter((p) => p !== seg("b"))), changed, added]);
     expect(done).toMatchObject({ reembed: false });
     const after = await expectJson(await search(account, id, key, "slugifyHeading title"), 200, SearchResponse);
     expect(after.results[0]?.path).toBe(seg("b"));

@@ -21,6 +21,7 @@ import type {
   IndexedChunk,
   OtherModel,
 } from "../../durable-objects/workspace.js";
+import type { SearchInput } from "../../durable-objects/workspace-rpc.js";
 import type { AppEnv } from "../app-env.js";
 import { loadIndexConfig } from "../config.js";
 import { database } from "../db/client.js";
@@ -310,21 +311,22 @@ export const workspaces = new Hono<AppEnv>()
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
       ...(body.language ? { language: body.language } : {}),
     };
-    const search = async (embedder?: Embedder) => {
-      const input = embedder ? { ...query, ...(await questionVector(c, keyBytes, body.query, embedder)) } : query;
-      return timed(
+    const search = async (input: SearchInput) =>
+      timed(
         c,
         workspace.id,
         () => stub.search(input) as Promise<SearchResponse | OtherModel | DimensionMismatch | BackendFailure | null>,
       );
-    };
-    const answer = await search(embedderFor(c.env, c.get("requestId")));
+    const ours = await questionVector(c, keyBytes, body.query, embedderFor(c.env, c.get("requestId")));
+    const answer = await search({ ...query, ...ours });
     if (!("otherModel" in answer)) return c.json(answer);
     // Indexed by another model (the client has not re-synced since the edge's embedder changed):
-    // the question in that model's space where this edge still has it, else keyed terms alone.
+    // the question in that model's space where this edge still has it, else keyed terms alone; and
+    // in ours for the files already moved to it that the old index no longer holds.
     const { model, dims } = answer.otherModel;
     const theirs = model === null ? undefined : embedderForModel(c.env, c.get("requestId"), model);
-    const again = await search(theirs?.dims === dims ? theirs : undefined);
+    const old = theirs?.dims === dims ? await questionVector(c, keyBytes, body.query, theirs) : {};
+    const again = await search({ ...query, ...old, pending: ours });
     if ("otherModel" in again) throw new ApiError("conflict", `Workspace \`${workspace.id}\` changed model; retry.`);
     return c.json(again);
   });
