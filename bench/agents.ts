@@ -28,6 +28,7 @@ import { processCpuSeconds, savedLocalEdge } from "../test/support/local-edge.js
 import { startAgentProcesses } from "./agent-processes.js";
 import { closedLoop, streamCompletion } from "./gateway-fixture.js";
 import { fmt, median, quantile, quantileInterval } from "./stats.js";
+import type { YieldConfig } from "../workers/gateway/yield.js";
 
 export interface AgentBenchOptions {
   starts?: number;
@@ -40,13 +41,11 @@ export interface AgentBenchOptions {
    */
   separateProcesses?: boolean;
   /**
-   * The gateway's background yield (`workers/gateway/yield.ts`) as configured (`on`, the default) or
-   * turned off (`off`, which needs `separateProcesses`: the benchmark then writes the gateway's
-   * configuration); `BENCH_YIELD=compare` runs the flood both ways, off first.
+   * Settings of the gateway's background yield (`workers/gateway/yield.ts`) over its defaults, `{ lagMs: 0 }`
+   * to turn it off. Needs `separateProcesses`: the benchmark then writes the gateway's configuration.
+   * `BENCH_YIELD_CONFIG` as JSON; `BENCH_YIELD=compare` runs the flood with it off, then on.
    */
-  backgroundYield?: "on" | "off";
-  /** The yield's settings for the `on` run, over the gateway's defaults (needs `separateProcesses`); `BENCH_YIELD_CONFIG` as JSON. */
-  yieldConfig?: Record<string, number>;
+  yieldConfig?: Partial<YieldConfig>;
   /** Only the flood: tab alone, then beside the agent tasks. */
   floodOnly?: boolean;
 }
@@ -55,8 +54,7 @@ export interface AgentBenchResult {
   driver: string;
   /** The sandbox host and the simulated backends ran in processes of their own. */
   separateProcesses: boolean;
-  backgroundYield: "on" | "off";
-  yieldConfig?: Record<string, number> | undefined;
+  yieldConfig?: Partial<YieldConfig> | undefined;
   startToCommandMs: number[];
   roundTripMs: number[];
   parallel: { together: number[]; alone: number[][] };
@@ -158,8 +156,7 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
   const turns = options.turns ?? 200;
   const flood = options.flood ?? 32;
   const floodMs = (options.floodSeconds ?? 20) * 1000;
-  const backgroundYield = options.backgroundYield ?? "on";
-  const yieldConfig = backgroundYield === "off" ? { lagMs: 0 } : options.yieldConfig;
+  const { yieldConfig } = options;
   if (yieldConfig && !options.separateProcesses)
     throw new Error(
       "setting the background yield needs separateProcesses: the benchmark writes the gateway's configuration",
@@ -187,20 +184,20 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
     };
 
     const startToCommandMs: number[] = [];
-    for (let i = 0; i < (options.floodOnly ? 0 : starts); i++) {
-      const id = await created(sdk, "Go (agent bench first command)");
-      const startedAt = Date.now();
-      await sdk.agents.start(id);
-      const result = (await endedEvents(sdk, id)).find((e) => e.type === "tool.result")!;
-      const ns = BigInt(String((result.data!.result as { stdout: string }).stdout).trim());
-      startToCommandMs.push(Number(ns / 1000n) / 1000 - startedAt);
-    }
-
     const roundTripMs: number[] = [];
     const together: number[] = [];
     const alone: number[][] = [];
     const pastDeadlineMs: number[] = [];
     if (!options.floodOnly) {
+      for (let i = 0; i < starts; i++) {
+        const id = await created(sdk, "Go (agent bench first command)");
+        const startedAt = Date.now();
+        await sdk.agents.start(id);
+        const result = (await endedEvents(sdk, id)).find((e) => e.type === "tool.result")!;
+        const ns = BigInt(String((result.data!.result as { stdout: string }).stdout).trim());
+        startToCommandMs.push(Number(ns / 1000n) / 1000 - startedAt);
+      }
+
       const roundTrip = await endedEvents(sdk, await startNow("Go (agent bench round trip)"));
       roundTripMs.push(...[...callTimes(roundTrip).values()].map((c) => c.ms));
 
@@ -214,14 +211,14 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
         together.push(Math.max(...group.slice(0, 4).map((c) => c.ms)));
         alone.push(group.slice(4).map((c) => c.ms));
       }
-    }
 
-    for (let i = 0; i < (options.floodOnly ? 0 : 3); i++) {
-      const task = await taskEnded(
-        sdk,
-        await startNow("Go (agent bench sleeper)", { wallSeconds: 5, sandboxSeconds: 3600 }),
-      );
-      pastDeadlineMs.push(Date.parse(task.endedAt!) - (Date.parse(task.startedAt!) + 5000));
+      for (let i = 0; i < 3; i++) {
+        const task = await taskEnded(
+          sdk,
+          await startNow("Go (agent bench sleeper)", { wallSeconds: 5, sandboxSeconds: 3600 }),
+        );
+        pastDeadlineMs.push(Date.parse(task.endedAt!) - (Date.parse(task.startedAt!) + 5000));
+      }
     }
 
     const openai = new OpenAI({
@@ -264,8 +261,7 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
     return {
       driver,
       separateProcesses: processes !== undefined,
-      backgroundYield,
-      yieldConfig: backgroundYield === "on" ? options.yieldConfig : undefined,
+      yieldConfig,
       startToCommandMs,
       roundTripMs,
       parallel: { together, alone },
@@ -293,7 +289,9 @@ export function reportAgentBench(r: AgentBenchResult): string {
   const ratios = r.parallel.together.map((t, i) => t / Math.max(...r.parallel.alone[i]!));
   const p95 = (v: number[]) => quantile(v, 0.95);
   const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
-  const tab = `  tab p95 time to first token, background yield ${r.backgroundYield}${r.yieldConfig ? ` ${JSON.stringify(r.yieldConfig)}` : ""}: ${fmt(p95(r.tab.aloneTtftMs))} ms ${interval(r.tab.aloneTtftMs, 0.95)} alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms ${interval(r.tab.floodedTtftMs, 0.95)} beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
+  const off = r.yieldConfig?.lagMs === 0;
+  const settings = r.yieldConfig && !off ? ` ${JSON.stringify(r.yieldConfig)}` : "";
+  const tab = `  tab p95 time to first token, background yield ${off ? "off" : "on"}${settings}: ${fmt(p95(r.tab.aloneTtftMs))} ms ${interval(r.tab.aloneTtftMs, 0.95)} alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms ${interval(r.tab.floodedTtftMs, 0.95)} beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
   const title = `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`;
   if (r.startToCommandMs.length === 0) return [title, tab].join("\n");
   return [
@@ -320,7 +318,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const mode = process.env.BENCH_YIELD;
   // The flood alone with the gateway's background yield off, on, or off then on in one run.
   if (mode === "off" || mode === "compare")
-    console.log(reportAgentBench(await runAgentBench({ ...flood, backgroundYield: "off" })));
+    console.log(reportAgentBench(await runAgentBench({ ...flood, yieldConfig: { lagMs: 0 } })));
   if (mode === "on" || mode === "compare") console.log(reportAgentBench(await runAgentBench(flood)));
   if (!mode) console.log(reportAgentBench(await runAgentBench(options)));
 }

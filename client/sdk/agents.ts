@@ -16,7 +16,8 @@ import { isErrorCode, ERROR_CODES, problemType } from "../../protocol/errors.js"
 import { listOf, Problem } from "../../protocol/schemas.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
-import { retryDelay, sleep, toApiError, type HttpClient } from "./http.js";
+import { sleep } from "../../protocol/sleep.js";
+import { retryDelay, toApiError, type HttpClient } from "./http.js";
 
 export { TaskDiff };
 export type TaskDiffResponse = z.infer<typeof TaskDiff>;

@@ -1,12 +1,10 @@
 import type { z } from "zod";
 import { PROBLEM_CONTENT_TYPE } from "../../protocol/errors.js";
 import { Problem } from "../../protocol/schemas.js";
+import { sleep } from "../../protocol/sleep.js";
 import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
 import { parseRateLimit } from "./rate-limit.js";
-import { sleep } from "../../protocol/sleep.js";
-
-export { sleep };
 
 export interface HttpClientOptions {
   baseURL: string;

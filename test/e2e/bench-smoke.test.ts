@@ -500,7 +500,7 @@ describe("CLI start-up benchmark (smoke)", () => {
       floodSeconds: 1,
       separateProcesses: true,
       floodOnly: true,
-      backgroundYield: "off",
+      yieldConfig: { lagMs: 0 },
     });
     expect(result.startToCommandMs).toHaveLength(0);
     expect(result.tab.floodedTtftMs.length).toBeGreaterThan(0);
@@ -509,7 +509,7 @@ describe("CLI start-up benchmark (smoke)", () => {
     expect(report).toMatch(
       /tab p95 time to first token, background yield off: [\d.]+ ms \[[\d.-]+, [\d.-]+\] alone .*: [\d.]+x/,
     );
-    await expect(runAgentBench({ floodOnly: true, backgroundYield: "off" })).rejects.toThrow(/separateProcesses/);
+    await expect(runAgentBench({ floodOnly: true, yieldConfig: { lagMs: 0 } })).rejects.toThrow(/separateProcesses/);
   }, 240_000);
 });
 

@@ -1,11 +1,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it, vi } from "vitest";
-import { Sextant } from "../../client/sdk/client.js";
+import { describe, expect, it } from "vitest";
 import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { makeTree } from "../support/fixture.js";
-import { savedLocalEdge, edgeWithCliForSuite } from "../support/local-edge.js";
+import { edgeWithCliForSuite, withCliSdk } from "../support/local-edge.js";
 
 /** `sextant index` on trees with files a sync cannot carry: each is skipped and named, never fatal. */
 describe("indexing hostile trees", () => {
@@ -81,14 +80,7 @@ describe("indexing hostile trees", () => {
   });
 
   it("creates a workspace only once its first scan succeeded", async () => {
-    vi.stubEnv("SEXTANT_CONFIG_DIR", suite.env.SEXTANT_CONFIG_DIR!);
-    vi.stubEnv("SEXTANT_CACHE_DIR", suite.env.SEXTANT_CACHE_DIR!);
-    try {
-      const sdk = new Sextant({
-        apiKey: savedLocalEdge(suite.edge).apiKey,
-        baseURL: suite.edge.baseURL,
-        maxRetries: 0,
-      });
+    await withCliSdk(suite.edge, suite.env, async (sdk) => {
       const before = workspaceIds();
       const dir = makeTree({ "a.ts": "a" });
       const ws = await openWorkspace(sdk, dir, { create: true });
@@ -97,8 +89,6 @@ describe("indexing hostile trees", () => {
       await expect(indexWorkspace(sdk, ws)).rejects.toThrow(/ENOENT/);
       expect(workspaceIds()).toEqual(before);
       expect(cli(["status", dir]).code).toBe(2);
-    } finally {
-      vi.unstubAllEnvs();
-    }
+    });
   });
 });

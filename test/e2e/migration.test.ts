@@ -1,9 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { Sextant } from "../../client/sdk/client.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { SYNC_PROTOCOL } from "../../protocol/sync.js";
 import { makeTree } from "../support/fixture.js";
-import { restartableEdge, savedLocalEdge } from "../support/local-edge.js";
+import { restartableEdge, withCliSdk } from "../support/local-edge.js";
 import { startOpenAIStandIn, type OpenAIStandIn } from "../support/openai-standin.js";
 
 const FILES = {
@@ -60,14 +59,7 @@ describe("moving a workspace to the edge's new embedder", () => {
   }, 60_000);
 
   it("a move cut off after part of its files leaves them moved, and searches keep using the old index", async () => {
-    vi.stubEnv("SEXTANT_CONFIG_DIR", local.env.SEXTANT_CONFIG_DIR!);
-    vi.stubEnv("SEXTANT_CACHE_DIR", local.env.SEXTANT_CACHE_DIR!);
-    try {
-      const sdk = new Sextant({
-        apiKey: savedLocalEdge(local.edge).apiKey,
-        baseURL: local.edge.baseURL,
-        maxRetries: 0,
-      });
+    await withCliSdk(local.edge, local.env, async (sdk) => {
       // The edge takes a commit of the first two files, then the client's connection drops.
       const commit = sdk.workspaces.commit.bind(sdk.workspaces);
       sdk.workspaces.commit = async (id, body, opts) => {
@@ -80,9 +72,7 @@ describe("moving a workspace to the edge's new embedder", () => {
       expect(moved.files).toHaveLength(2);
       expect(moved.next).toBeNull();
       expect((await sdk.workspaces.tree(ws.entry.workspaceId)).reembed).toBe(true);
-    } finally {
-      vi.unstubAllEnvs();
-    }
+    });
     const hits = await json(["search", "solveKeplerEquation eccentric anomaly", dir, "-k", "1"]);
     expect(hits[0].path).toBe("src/orbit/kepler.ts");
   }, 60_000);

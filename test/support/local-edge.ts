@@ -4,8 +4,9 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, vi } from "vitest";
 import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
+import { Sextant } from "../../client/sdk/client.js";
 import { LOCAL_MODELS } from "../../scripts/local-gateway.js";
 import { EDGE_LOG_DIR } from "../../scripts/runtime-log-scan.js";
 
@@ -238,6 +239,24 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
 /** What `npm start` saved for the CLI in the edge's config directory: its development key and admin secret. */
 export function savedLocalEdge(edge: LocalEdge): SavedLocalEdge {
   return SavedLocalEdge.parse(JSON.parse(readFileSync(join(edge.configDir, "local-edge.json"), "utf8")));
+}
+
+/**
+ * Runs `fn` with an SDK for `edge` while the CLI's config and cache directories are `env`'s, so the
+ * client's own code (`openWorkspace`, `indexWorkspace`) finds what the CLI saved there.
+ */
+export async function withCliSdk<T>(
+  edge: LocalEdge,
+  env: Record<string, string | undefined>,
+  fn: (sdk: Sextant) => Promise<T>,
+): Promise<T> {
+  vi.stubEnv("SEXTANT_CONFIG_DIR", env.SEXTANT_CONFIG_DIR!);
+  vi.stubEnv("SEXTANT_CACHE_DIR", env.SEXTANT_CACHE_DIR!);
+  try {
+    return await fn(new Sextant({ apiKey: savedLocalEdge(edge).apiKey, baseURL: edge.baseURL, maxRetries: 0 }));
+  } finally {
+    vi.unstubAllEnvs();
+  }
 }
 
 /**

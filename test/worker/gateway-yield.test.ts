@@ -118,7 +118,7 @@ describe("background yield", () => {
     expect(clock.t).toBeGreaterThan(100);
     expect(clock.t).toBeLessThan(100 + 3 * (CONFIG.pollMs * 4 + 20));
     expect(order).toHaveLength(3);
-    expect(g.waiting).toBe(0);
+    expect(g.status(clock.t).waiting).toBe(0);
   });
 
   it("on an idle thread, admits after two on-time timers, and the next at once after one", async () => {
@@ -145,7 +145,7 @@ describe("background yield", () => {
     clock.late = 0;
     await clock.step();
     expect(a.done).toBe(true);
-    expect(g.lag).toBe(0);
+    expect(g.status(clock.t).lagMs).toBe(0);
   });
 
   it("holds a request while timers run late and lets it go when they are on time again", async () => {
@@ -155,15 +155,15 @@ describe("background yield", () => {
     const a = track(g, order, 0);
     await clock.steps(10);
     expect(a.done).toBe(false);
-    expect(g.lag).toBeGreaterThan(CONFIG.lagMs);
-    expect(g.waiting).toBe(1);
+    expect(g.status(clock.t).lagMs).toBeGreaterThan(CONFIG.lagMs);
+    expect(g.status(clock.t).waiting).toBe(1);
     clock.late = 0;
     // The smoothed lateness halves with each on-time timer: 20 → 10 → 5 → 2.5 → 1.25.
     await clock.steps(3);
     expect(a.done).toBe(false);
     await clock.step();
     expect(a.done).toBe(true);
-    expect([g.admitted, g.yielded, g.waiting]).toEqual([1, 1, 0]);
+    expect(g.status(clock.t)).toMatchObject({ admitted: 1, yielded: 1, waiting: 0 });
   });
 
   it("admits in arrival order, one per timer of the request at the head", async () => {
@@ -188,7 +188,7 @@ describe("background yield", () => {
     while (!b.done) await clock.step();
     expect(b.waited).toBeGreaterThanOrEqual(100);
     expect(order).toEqual([0, 1]);
-    expect([g.waiting, g.yielded]).toEqual([0, 2]);
+    expect(g.status(clock.t)).toMatchObject({ waiting: 0, yielded: 2 });
   });
 
   it("an aborted request leaves the line and the next one goes", async () => {
@@ -204,7 +204,7 @@ describe("background yield", () => {
     await Promise.resolve();
     expect(a.done).toBe(true);
     expect(String(a.error)).toContain("client went away");
-    expect(g.waiting).toBe(1);
+    expect(g.status(clock.t).waiting).toBe(1);
     clock.late = 0;
     while (!b.done) await clock.step();
     expect(order).toEqual([1]);
@@ -222,6 +222,6 @@ describe("background yield", () => {
     while (!a.done || !c.done) await clock.step();
     expect(b.error).toBeDefined();
     expect(order).toEqual([0, 2]);
-    expect(g.waiting).toBe(0);
+    expect(g.status(clock.t).waiting).toBe(0);
   });
 });

@@ -36,6 +36,8 @@ export class BackgroundGate {
   private serving = 0;
   /** Tickets that left out of turn (aborted, or past `maxWaitMs`). */
   private readonly left = new Set<number>();
+  /** Background requests waiting their turn now. */
+  private waiting = 0;
   /** Smoothed lateness of the waiters' timers, in ms. */
   private lagMs = 0;
   private sampledAt = -Infinity;
@@ -61,11 +63,6 @@ export class BackgroundGate {
     return now - this.interactiveAt > this.config.interactiveMs;
   }
 
-  /** How late the isolate's timers have been running lately (ms), for operators and tests. */
-  get lag(): number {
-    return this.lagMs;
-  }
-
   /** What `GET /admin/gateway` shows of this isolate's gate. */
   status(now: number) {
     return {
@@ -76,11 +73,6 @@ export class BackgroundGate {
       admitted: this.admitted,
       yielded: this.yielded,
     };
-  }
-
-  /** Background requests waiting their turn now. */
-  get waiting(): number {
-    return this.issued - this.serving - [...this.left].filter((t) => t >= this.serving).length;
   }
 
   /**
@@ -96,6 +88,7 @@ export class BackgroundGate {
       return 0;
     }
     const ticket = this.issued++;
+    this.waiting++;
     let waited = false;
     for (let round = 0; ; round++) {
       const head = this.head() === ticket;
@@ -104,6 +97,7 @@ export class BackgroundGate {
       try {
         await this.clock.sleep(interval, signal);
       } catch (err) {
+        this.waiting--;
         this.leave(ticket);
         throw err;
       }
@@ -124,6 +118,7 @@ export class BackgroundGate {
       // Held: behind another, or the thread busy (not merely no sample yet).
       if (this.head() !== ticket || (fresh && this.lagMs > lagMs)) waited = true;
     }
+    this.waiting--;
     this.admitted++;
     if (waited) this.yielded++;
     return this.clock.now() - start;
