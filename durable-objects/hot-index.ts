@@ -11,6 +11,7 @@
  * The lexical channel scores the inverted index of keyed 32-bit term ids with BM25 (k1 = 1.2,
  * b = 0.75); very common terms are skipped like stop words (see `commonAt`).
  */
+import { TRANSLATION_MU, TRANSLATION_SELF } from "../protocol/embedder/translation.js";
 import { HotSlots, type HotSlotsOptions } from "./hot-slots.js";
 import { TopK } from "./top-k.js";
 
@@ -28,9 +29,18 @@ export interface HotHit {
   score: number;
 }
 
+/** A question word's keyed term, and the keyed code terms it translates to with their probabilities. */
+export interface TranslatedTerm {
+  term: number;
+  alternatives: readonly number[];
+  probabilities: readonly number[];
+}
+
 export interface HotIndexOptions extends HotSlotsOptions {
   /** At most this many live entries are scored exactly rather than through the 1-bit codes. */
   exactLimit?: number;
+  /** Postings the translation channel walks for alternatives per query (`TRANSLATION_POSTING_BUDGET`). */
+  translationBudget?: number;
 }
 
 const K1 = 1.2;
@@ -41,18 +51,29 @@ const K1 = 1.2;
  */
 const commonAt = (live: number) => Math.min(live / 3, Math.max(live / 10, 5000));
 const B = 0.75;
+/**
+ * Postings the translation channel walks for its alternatives, at most, per query: about 5 ms of a
+ * Worker's CPU. Small and medium workspaces never reach it; in large ones the rarest alternatives
+ * past it are the ones skipped.
+ */
+export const TRANSLATION_POSTING_BUDGET = 1_000_000;
 
 export class HotIndex extends HotSlots {
   readonly #exactLimit: number;
+  readonly #translationBudget: number;
 
   /** Per-slot score accumulator for BM25, left zeroed after each query, and the slots it touched. */
   #scratch: Float32Array | null = null;
   #touched: Int32Array | null = null;
   #lut: Float32Array | null = null;
+  /** The translation channel's per-word accumulator and the slots it touched. */
+  #wordScratch: Float32Array | null = null;
+  #wordTouched: Int32Array | null = null;
 
   constructor(dims: number, options: HotIndexOptions = {}) {
     super(dims, options);
     this.#exactLimit = options.exactLimit ?? 4096;
+    this.#translationBudget = options.translationBudget ?? TRANSLATION_POSTING_BUDGET;
   }
 
   queryVector(query: Float32Array, k: number, filter: HotFilter = {}): HotHit[] {
@@ -148,6 +169,80 @@ export class HotIndex extends HotSlots {
       scores[slot] = 0;
     }
     return top.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
+  }
+
+  /**
+   * The translation channel: each question word counts its own occurrences in a chunk and those of
+   * the code terms it translates to, weighted by their probability, smoothed by how often the word
+   * occurs in the whole index (a translation language model, `protocol/embedder/translation.ts`):
+   *   Σ_w ln(1 + (SELF·c(w, d) + (1 − SELF)·Σ_t P(w | t)·c(t, d)) / (MU·P(w))) − |w|·ln(|d| + MU)
+   * which ranks as the model's likelihood does. Only chunks holding one of the terms are scored.
+   * Alternatives are walked in the order given (the most weight first) while their postings fit
+   * `TRANSLATION_POSTING_BUDGET`; one that does not fit is skipped. Null when the lexical channel is
+   * off for this index.
+   */
+  queryTranslated(words: readonly TranslatedTerm[], k: number, filter: HotFilter = {}): HotHit[] | null {
+    if (!this.postings) return null;
+    if (this.live === 0 || words.length === 0) return [];
+    const admit = this.#admit(filter);
+    if (!this.#scratch || this.#scratch.length < this.n) this.#scratch = new Float32Array(this.cap);
+    if (!this.#touched || this.#touched.length < this.n) this.#touched = new Int32Array(this.cap);
+    if (!this.#wordScratch || this.#wordScratch.length < this.n) this.#wordScratch = new Float32Array(this.cap);
+    if (!this.#wordTouched || this.#wordTouched.length < this.n) this.#wordTouched = new Int32Array(this.cap);
+    const [total, touched, num, wordTouched] = [this.#scratch, this.#touched, this.#wordScratch, this.#wordTouched];
+    const seen = this.#seen(total.length);
+    let touchedCount = 0;
+    let budget = this.#translationBudget;
+    for (const word of words) {
+      let wordCount = 0;
+      let cf = 0;
+      const add = (list: { buf: Uint32Array; len: number }, weight: number, countCf: boolean) => {
+        for (let i = 0; i < list.len; i++) {
+          const posting = list.buf[i]!;
+          const slot = posting >>> 8;
+          if (!admit(slot)) continue;
+          const tf = posting & 255;
+          if (countCf) cf += tf;
+          if (weight === 0) continue;
+          if (num[slot] === 0) wordTouched[wordCount++] = slot;
+          num[slot]! += weight * tf;
+        }
+      };
+      const own = this.postings.get(word.term);
+      if (own) add(own, TRANSLATION_SELF, true);
+      word.alternatives.forEach((alt, i) => {
+        const list = this.postings!.get(alt);
+        const p = word.probabilities[i] ?? 0;
+        if (!list || p <= 0 || list.len > budget) return;
+        budget -= list.len;
+        add(list, (1 - TRANSLATION_SELF) * p, false);
+      });
+      const background = (TRANSLATION_MU * (cf + 0.5)) / (this.totalLength + 1);
+      for (let t = 0; t < wordCount; t++) {
+        const slot = wordTouched[t]!;
+        if (seen[slot] === 0) {
+          seen[slot] = 1;
+          touched[touchedCount++] = slot;
+        }
+        total[slot]! += Math.log1p(num[slot]! / background);
+        num[slot] = 0;
+      }
+    }
+    const top = new TopK(k, this.ids);
+    const lengths = this.lengths;
+    for (let t = 0; t < touchedCount; t++) {
+      const slot = touched[t]!;
+      top.push(slot, total[slot]! - words.length * Math.log(lengths[slot]! + TRANSLATION_MU));
+      total[slot] = 0;
+      seen[slot] = 0;
+    }
+    return top.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
+  }
+
+  #seenFlags: Uint8Array | null = null;
+  #seen(size: number): Uint8Array {
+    if (!this.#seenFlags || this.#seenFlags.length < size) this.#seenFlags = new Uint8Array(size);
+    return this.#seenFlags;
   }
 
   #admit(filter: HotFilter): (slot: number) => boolean {

@@ -6,6 +6,8 @@
  * lazily: the object drops such hits, so search never serves a deleted or replaced chunk.
  */
 
+import type { TranslatedTerm } from "./hot-index.js";
+
 /** Keyed lexical terms of one chunk: 32-bit keyed term ids and how often each occurs. */
 export interface KeyedTerms {
   ids: Uint32Array;
@@ -46,6 +48,11 @@ export interface IndexBackend {
   queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]>;
   /** The best `k` entries by BM25 over keyed term ids, highest first. */
   queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]>;
+  /**
+   * The best `k` entries by the translation channel over keyed terms (`HotIndex.queryTranslated`),
+   * highest first; absent on a backend that cannot rank them (Turbopuffer ranks BM25 alone).
+   */
+  queryTranslated?(words: readonly TranslatedTerm[], k: number, filter: BackendFilter): Promise<BackendHit[]>;
   /** Deletes everything this backend holds for the workspace. */
   destroy(): Promise<void>;
 }

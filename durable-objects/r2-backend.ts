@@ -1,6 +1,6 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { bytesToHex } from "@noble/hashes/utils.js";
-import { HotIndex, type HotIndexOptions } from "./hot-index.js";
+import { HotIndex, type HotIndexOptions, type TranslatedTerm } from "./hot-index.js";
 import type { BackendEntry, BackendFilter, BackendHit, IndexBackend } from "./index-backend.js";
 import { decodeSegment, encodeSegment, languageCode, quantize, type RawEntry } from "./segment.js";
 
@@ -136,6 +136,12 @@ export class R2Backend implements IndexBackend {
   async queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
     const hot = await this.hot();
     const hits = hot.queryTerms(terms, k, this.#filter(hot, filter));
+    return (hits ?? []).map(({ id, score }) => ({ id: String(id), score }));
+  }
+
+  async queryTranslated(words: readonly TranslatedTerm[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
+    const hot = await this.hot();
+    const hits = hot.queryTranslated(words, k, this.#filter(hot, filter));
     return (hits ?? []).map(({ id, score }) => ({ id: String(id), score }));
   }
 

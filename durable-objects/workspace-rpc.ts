@@ -3,6 +3,7 @@
  * any code holding the binding can call a stub, and the outcomes a route maps to problems.
  */
 import { z } from "zod";
+import { MAX_ALTERNATIVES, MAX_TRANSLATED_WORDS } from "../protocol/embedder/translation.js";
 import {
   checkCommitPaths,
   EncryptedPath,
@@ -88,6 +89,17 @@ export const SearchInput = z.object({
   /** The model that made `vector`; the object answers `OtherModel` when its index holds another. */
   model: z.string().min(1).max(200).optional(),
   terms: z.array(z.number().int().nonnegative()).max(512),
+  /** The question's words and their translations, keyed (`HotIndex.queryTranslated`). */
+  translated: z
+    .array(
+      z.object({
+        term: z.number().int().nonnegative(),
+        alternatives: z.array(z.number().int().nonnegative()).max(MAX_ALTERNATIVES),
+        probabilities: z.array(z.number().min(0).max(1)).max(MAX_ALTERNATIVES),
+      }),
+    )
+    .max(MAX_TRANSLATED_WORDS)
+    .optional(),
   topK: z.number().int().min(1).max(100),
   pathPrefix: EncryptedPath.optional(),
   language: Language.optional(),

@@ -36,3 +36,42 @@ export function fuseScores(
   for (const h of byTerms) scores.set(h.id, (scores.get(h.id) ?? floor) + (weight * h.score) / best);
   return [...scores].map(([id, score]) => ({ id, score })).sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1));
 }
+
+/**
+ * The translation channel's weight. With it, every channel is scaled to 0..1 between its worst and
+ * best candidate (log-likelihoods have no fixed range) and the three are added at weights 1, 1 and
+ * this. Chosen on the dev eval (`npm run eval:dev`), where it ranked better than adding the
+ * translation channel to `fuseScores` at weights 0.5 to 2; HELD-OUT.md's packages are kept out of that
+ * choice.
+ */
+export const TRANSLATION_WEIGHT = 1;
+
+function scaled(hits: readonly ChannelHit[]): ChannelHit[] {
+  let [lo, hi] = [Infinity, -Infinity];
+  for (const h of hits) [lo, hi] = [Math.min(lo, h.score), Math.max(hi, h.score)];
+  const span = hi - lo || 1;
+  return hits.map((h) => ({ id: h.id, score: (h.score - lo) / span }));
+}
+
+/**
+ * The vector, lexical and translation channels fused: each scaled to 0..1 over its own candidates,
+ * and added (the translation channel at `translationWeight`). Without translation candidates it is
+ * `fuseScores`.
+ */
+export function fuseThree(
+  byVector: readonly ChannelHit[],
+  byTerms: readonly ChannelHit[],
+  byTranslation: readonly ChannelHit[],
+  weight = LEXICAL_WEIGHT,
+  translationWeight = TRANSLATION_WEIGHT,
+): ChannelHit[] {
+  if (byTranslation.length === 0 || translationWeight === 0) return fuseScores(byVector, byTerms, weight);
+  const scores = new Map<string, number>();
+  for (const [hits, w] of [
+    [byVector, 1],
+    [byTerms, weight],
+    [byTranslation, translationWeight],
+  ] as const)
+    for (const h of scaled(hits)) scores.set(h.id, (scores.get(h.id) ?? 0) + w * h.score);
+  return [...scores].map(([id, score]) => ({ id, score })).sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1));
+}

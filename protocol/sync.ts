@@ -5,6 +5,7 @@
  * only once its vectors are stored.
  */
 import { z } from "zod";
+import { MAX_ALTERNATIVES, MAX_TRANSLATED_WORDS, MAX_TRANSLATION_TERM_CHARS } from "./embedder/translation.js";
 import { parentOf } from "./merkle.js";
 
 export const SYNC_PROTOCOL = 2;
@@ -176,6 +177,19 @@ export const Upsert = z.strictObject({
 });
 export type Upsert = z.input<typeof Upsert>;
 
+const TranslationTerm = z.string().min(1).max(MAX_TRANSLATION_TERM_CHARS);
+
+/** A question word and the code terms it translates to (`translateQuestion`, protocol/embedder/translation.ts). */
+export const TranslatedWord = z
+  .strictObject({
+    term: TranslationTerm,
+    alternatives: z.array(TranslationTerm).max(MAX_ALTERNATIVES),
+    probabilities: z.array(z.number().min(0).max(1)).max(MAX_ALTERNATIVES),
+  })
+  .refine((w) => w.alternatives.length === w.probabilities.length, {
+    message: "alternatives and probabilities must be as long as each other",
+  });
+
 export const SearchRequest = z.strictObject({
   protocol,
   query: z.string().trim().min(1).max(MAX_QUERY_CHARS),
@@ -183,6 +197,12 @@ export const SearchRequest = z.strictObject({
   /** An encrypted directory: only files below it are searched. */
   pathPrefix: EncryptedPath.optional(),
   language: Language.optional(),
+  /**
+   * The question's words translated to code terms by the client's translation table: the edge keys
+   * them with the request's vector key, as it keys the question's own terms, and ranks a third
+   * channel with them. Absent: the vector and lexical channels alone.
+   */
+  translations: z.array(TranslatedWord).max(MAX_TRANSLATED_WORDS).optional(),
 });
 export type SearchRequest = z.input<typeof SearchRequest>;
 
@@ -191,10 +211,15 @@ export const SearchHit = z.object({
   startLine: z.number().int(),
   endLine: z.number().int(),
   chunkId: Hash,
-  /** The fused score (reciprocal rank fusion of the two channels). */
+  /** The fused score (`fuseScores`, or `fuseThree` with translations; protocol/fusion.ts). */
   score: z.number(),
   /** Each channel's own score, or null when that channel did not return the chunk. */
-  channels: z.object({ vector: z.number().nullable(), lexical: z.number().nullable() }),
+  channels: z.object({
+    vector: z.number().nullable(),
+    lexical: z.number().nullable(),
+    /** The translation channel's log-likelihood; absent when the search sent no translations. */
+    translation: z.number().nullable().optional(),
+  }),
 });
 export type SearchHit = z.infer<typeof SearchHit>;
 

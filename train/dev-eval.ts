@@ -16,7 +16,11 @@ import { buildCorpus, type EvalQuery } from "../eval/corpus.js";
 import { extractDeb, fetchDeb } from "../eval/debian.js";
 import { extractTarball, fetchTarball } from "../eval/fetch.js";
 import { firstHit, score } from "../eval/metrics.js";
-import { fuseScores, LEXICAL_WEIGHT } from "../protocol/fusion.js";
+import { fuseScores, fuseThree, LEXICAL_WEIGHT, TRANSLATION_WEIGHT } from "../protocol/fusion.js";
+import { TermKey } from "../protocol/keyed-terms.js";
+import { MAX_PATH_TERMS } from "../protocol/sync.js";
+import { translateQuestion, type TranslationTable } from "../protocol/embedder/translation.js";
+import { HotIndex } from "../durable-objects/hot-index.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
 import { embedStatic, ModelTokenizer, type StaticModel } from "../protocol/embedder/static.js";
@@ -142,6 +146,127 @@ export function evaluateModel(
     either: score(ranks.either).mrrAt10,
     fused: new Map([...fusedRanks].map(([w, r]) => [w, score(r).mrrAt10])),
   };
+}
+
+export interface EdgeScores {
+  label: string;
+  queries: number;
+  /** The baseline: BM25 over the chunks with paths and identifiers split. */
+  bm25: number;
+  /** The edge's keyed lexical channel alone, and the translation channel alone. */
+  lexical: number;
+  translation: number;
+  /** The edge's ranking without the translation channel (vector and lexical fused). */
+  twoChannels: number;
+  /** With the translation channel, at each of its weights tried. */
+  threeChannels: Map<number, number>;
+}
+
+/**
+ * The dev codebase ranked as the edge ranks it: its chunks' keyed terms (and their paths') in the
+ * Workspace object's own `HotIndex`, the question's keyed terms for BM25 and its translated words
+ * for the translation channel, the model's cosine, and `fuseThree`.
+ */
+export function evaluateEdge(
+  model: StaticModel,
+  codebase: DevCodebase,
+  translation: TranslationTable,
+  translationWeights: readonly number[] = [TRANSLATION_WEIGHT],
+): EdgeScores {
+  const key = new TermKey(new Uint8Array(32).fill(7));
+  const hot = new HotIndex(32);
+  const tokenizer = new ModelTokenizer();
+  const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
+  codebase.chunks.forEach((c, id) => {
+    const terms = TermKey.withExtra(key.terms(c.text), key.query(c.path).slice(0, MAX_PATH_TERMS));
+    hot.add({ id, language: 0, scale: 1, int8: new Int8Array(32), termIds: terms.ids, termCounts: terms.counts });
+  });
+  const ranks = {
+    bm25: [] as (number | null)[],
+    lexical: [] as (number | null)[],
+    translation: [] as (number | null)[],
+    two: [] as (number | null)[],
+  };
+  const three = new Map(translationWeights.map((w) => [w, [] as (number | null)[]]));
+  const at = (ids: readonly string[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[Number(i)]!);
+  const hits = (h: readonly { id: number; score: number }[] | null) =>
+    (h ?? []).map((x) => ({ id: String(x.id), score: x.score }));
+  for (const query of codebase.queries) {
+    const q = embedStatic(model, query.text, "query", tokenizer);
+    const byVector = vectors
+      .map((v, i) => {
+        let dot = 0;
+        for (let d = 0; d < model.dims; d++) dot += v[d]! * q[d]!;
+        return { id: String(i), score: dot };
+      })
+      .sort((a, b) => b.score - a.score || Number(a.id) - Number(b.id))
+      .slice(0, CANDIDATES);
+    const byTerms = hits(hot.queryTerms(key.query(query.text), CANDIDATES));
+    const words = translateQuestion(translation, query.text).map((w) => ({
+      term: key.id(w.term),
+      alternatives: w.alternatives.map((t) => key.id(t)),
+      probabilities: w.probabilities,
+    }));
+    const byTranslation = hits(hot.queryTranslated(words, CANDIDATES));
+    ranks.bm25.push(
+      firstHit(at(codebase.bm25.search(query.text, CANDIDATES).map((h) => String(h.doc))), query.targets),
+    );
+    ranks.lexical.push(firstHit(at(byTerms.map((h) => h.id)), query.targets));
+    ranks.translation.push(firstHit(at(byTranslation.map((h) => h.id)), query.targets));
+    ranks.two.push(firstHit(at(fuseScores(byVector, byTerms).map((h) => h.id)), query.targets));
+    for (const w of translationWeights)
+      three
+        .get(w)!
+        .push(
+          firstHit(at(fuseThree(byVector, byTerms, byTranslation, LEXICAL_WEIGHT, w).map((h) => h.id)), query.targets),
+        );
+  }
+  return {
+    label: codebase.label,
+    queries: codebase.queries.length,
+    bm25: score(ranks.bm25).mrrAt10,
+    lexical: score(ranks.lexical).mrrAt10,
+    translation: score(ranks.translation).mrrAt10,
+    twoChannels: score(ranks.two).mrrAt10,
+    threeChannels: new Map([...three].map(([w, r]) => [w, score(r).mrrAt10])),
+  };
+}
+
+export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
+  const n = perCodebase.reduce((sum, r) => sum + r.queries, 0) || 1;
+  const mean = (f: (r: EdgeScores) => number) => perCodebase.reduce((sum, r) => sum + f(r) * r.queries, 0) / n;
+  const weights = [...(perCodebase[0]?.threeChannels.keys() ?? [])];
+  const all: EdgeScores = {
+    label: "all queries",
+    queries: n,
+    bm25: mean((r) => r.bm25),
+    lexical: mean((r) => r.lexical),
+    translation: mean((r) => r.translation),
+    twoChannels: mean((r) => r.twoChannels),
+    threeChannels: new Map(weights.map((w) => [w, mean((r) => r.threeChannels.get(w)!)])),
+  };
+  const rows = perCodebase.length > 1 ? [...perCodebase, all] : perCodebase;
+  const cell = (v: number, base: number) => `${v.toFixed(3)} (${(v / base).toFixed(2)}x)`;
+  const head = [
+    "codebase",
+    "queries",
+    "BM25-split",
+    "lexical",
+    "translation",
+    "vector+lexical",
+    ...weights.map((w) => `+translation w=${w}`),
+  ];
+  const lines = rows.map((r) => [
+    r.label,
+    String(r.queries),
+    r.bm25.toFixed(3),
+    cell(r.lexical, r.bm25),
+    cell(r.translation, r.bm25),
+    cell(r.twoChannels, r.bm25),
+    ...weights.map((w) => cell(r.threeChannels.get(w)!, r.bm25)),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  return [head, ...lines].map((l) => l.map((c, i) => c.padEnd(widths[i]!)).join("  ")).join("\n");
 }
 
 /** The rows' queries taken together: each figure weighted by its codebase's queries. */

@@ -3,8 +3,9 @@
  * package list with its integrity hashes, the training settings, and the dev eval's figures for
  * these very weights, so that a rerun can be checked against it.
  */
-import type { DevScores } from "./dev-eval.js";
+import { formatEdgeScores, type DevScores, type EdgeScores } from "./dev-eval.js";
 import type { TrainSettings } from "./trainer.js";
+import type { TranslationSettings } from "./translation.js";
 
 export interface CardInput {
   date: string;
@@ -25,6 +26,17 @@ export interface CardInput {
   };
   dev: readonly DevScores[];
   finalLoss: number;
+  translation: {
+    settings: TranslationSettings;
+    words: number;
+    entries: number;
+    tableBytes: number;
+    tableSha256: string;
+    termsSha256: string;
+    seconds: number;
+    /** The dev eval ranked as the edge ranks it, with and without the translation channel. */
+    edge: readonly EdgeScores[];
+  };
 }
 
 const pct = (x: number) => x.toFixed(3);
@@ -55,6 +67,8 @@ Written by \`${input.command}\` on ${input.date}, in ${Math.round(input.totalSec
 |---|---|---|
 | weights.bin | ${input.weightsBytes} | ${input.weightsSha256} |
 | vocab.txt | | ${input.vocabSha256} |
+| translation.bin | ${input.translation.tableBytes} | ${input.translation.tableSha256} |
+| translation-terms.txt | | ${input.translation.termsSha256} |
 
 ## Data
 
@@ -80,13 +94,29 @@ Final batch loss ${input.finalLoss.toFixed(3)}.
 ## Dev eval (offline, these weights)
 
 MRR@10 on the dev eval's codebases, the same questions and comment-free chunks as \`npm run eval\`,
-against BM25 over the same chunks with paths and identifiers split. "fused" is reciprocal rank fusion
-of the model and that BM25 at the lexical weight shown; the edge fuses with its keyed lexical channel
-at the weight \`durable-objects/fusion.ts\` sets. \`npm run eval\` (through the edge) is the figure of record.
+against BM25 over the same chunks with paths and identifiers split. "fused" adds the model's cosine
+to that BM25 scaled to its best (\`fuseScores\`, \`protocol/fusion.ts\`) at the lexical weight shown.
+\`npm run eval\` (through the edge) is the figure of record.
 
 | codebase | queries | BM25 | model | ${weights.map((w) => `fused w=${w}`).join(" | ")} |
 |---|---|---|---|${weights.map(() => "---|").join("")}
 ${devRows.join("\n")}
+
+## The translation table (\`translation.bin\`)
+
+The question side's translation model (\`protocol/embedder/translation.ts\`): IBM Model 1,
+P(question word | code term), trained by ${input.translation.settings.iterations} rounds of expectation-maximisation on the same pairs,
+both sides tokenized as the lexical channel tokenizes them, terms in at least ${input.translation.settings.minCount} texts. Entries
+below ${input.translation.settings.keepAbove} are dropped and each word keeps its ${"`MAX_ALTERNATIVES`"} heaviest: ${input.translation.words.toLocaleString("en")} words,
+${input.translation.entries.toLocaleString("en")} entries, trained in ${Math.round(input.translation.seconds)} seconds.
+
+The dev eval ranked as the edge ranks it (\`evaluateEdge\`, \`train/dev-eval.ts\`): the Workspace
+object's own index over keyed terms, its BM25 ("lexical"), the translation channel alone, the vector
+and lexical channels fused as without the table, and all three fused (\`fuseThree\`).
+
+\`\`\`
+${formatEdgeScores(input.translation.edge)}
+\`\`\`
 
 ## Packages
 

@@ -13,7 +13,16 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseStaticModel, serializeStaticModel } from "../protocol/embedder/static.js";
-import { evaluateModel, formatDevScores, loadDevCodebases, type DevScores } from "./dev-eval.js";
+import { serializeTranslation } from "../protocol/embedder/translation.js";
+import {
+  evaluateEdge,
+  evaluateModel,
+  formatDevScores,
+  formatEdgeScores,
+  loadDevCodebases,
+  type DevScores,
+} from "./dev-eval.js";
+import { DEFAULT_TRANSLATION, trainTranslation } from "./translation.js";
 import { modelCard } from "./model-card.js";
 import { DEFAULT_SETTINGS, quantize, train, type Pair, type TrainSettings } from "./trainer.js";
 
@@ -24,6 +33,8 @@ const { values: args } = parseArgs({
     out: { type: "string", default: "protocol/embedder/model" },
     epochs: { type: "string" },
     dims: { type: "string" },
+    "lexical-weight": { type: "string" },
+    temperature: { type: "string" },
     "limit-packages": { type: "string" },
   },
 });
@@ -61,6 +72,8 @@ async function main(): Promise<void> {
     ...DEFAULT_SETTINGS,
     ...(args.epochs ? { epochs: Number(args.epochs) } : {}),
     ...(args.dims ? { dims: Number(args.dims) } : {}),
+    ...(args["lexical-weight"] ? { lexicalWeight: Number(args["lexical-weight"]) } : {}),
+    ...(args.temperature ? { temperature: Number(args.temperature) } : {}),
   };
   const trainStarted = Date.now();
   let lastLog = 0;
@@ -87,6 +100,17 @@ async function main(): Promise<void> {
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, "weights.bin"), weights);
   writeFileSync(join(out, "vocab.txt"), vocab);
+  const translationStarted = Date.now();
+  const table = trainTranslation(pairs, DEFAULT_TRANSLATION, (it, entries) =>
+    log(`translation table, round ${it}: ${entries} entries`),
+  );
+  const translationSeconds = (Date.now() - translationStarted) / 1000;
+  const written = serializeTranslation(table);
+  writeFileSync(join(out, "translation.bin"), written.table);
+  writeFileSync(join(out, "translation-terms.txt"), written.terms);
+  const shipped = parseStaticModel(weights, vocab);
+  const edge = dev.map((d) => evaluateEdge(shipped, d, table));
+  log(`the dev eval as the edge ranks it (MRR@10):\n${formatEdgeScores(edge)}`);
   const packages = JSON.parse(readFileSync(new URL("./packages.json", import.meta.url), "utf8"));
   const cardPath = join(out, "MODEL_CARD.md");
   const card = modelCard({
@@ -104,10 +128,22 @@ async function main(): Promise<void> {
     packages,
     dev: scores,
     finalLoss,
+    translation: {
+      settings: DEFAULT_TRANSLATION,
+      words: table.size,
+      entries: [...(table.words?.values() ?? [])].reduce((n, e) => n + e.terms.length, 0),
+      tableBytes: written.table.byteLength,
+      tableSha256: sha256(written.table),
+      termsSha256: sha256(written.terms),
+      seconds: translationSeconds,
+      edge,
+    },
   });
   // Formatted as the repository formats Markdown, so the card is committed as written.
   writeFileSync(cardPath, await format(card, { ...(await resolveConfig(cardPath)), filepath: cardPath }));
-  log(`wrote ${out}/weights.bin (${weights.byteLength} bytes), vocab.txt and MODEL_CARD.md`);
+  log(
+    `wrote ${out}/weights.bin (${weights.byteLength} bytes), vocab.txt, translation.bin, translation-terms.txt and MODEL_CARD.md`,
+  );
 }
 
 main().catch((err: unknown) => {

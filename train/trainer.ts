@@ -5,6 +5,7 @@
  * similarity matrix, and one thread of V8 does a batch of 1,024 pairs in well under a second.
  * Everything is seeded, so the same pairs and settings give the same weights bit for bit.
  */
+import { analyze } from "../eval/bm25.js";
 import { countWeight, ModelTokenizer, type StaticModelParts } from "../protocol/embedder/static.js";
 
 export interface TrainSettings {
@@ -21,6 +22,13 @@ export interface TrainSettings {
   learningRate: number;
   /** Similarities are divided by this before the softmax. */
   temperature: number;
+  /**
+   * The lexical channel's weight in the training softmax: each similarity gets this times the pair's
+   * BM25 within the batch (scaled by the question's best), as search fuses its channels. 0 trains the
+   * model alone; above 0 it learns what BM25 misses, since a pair BM25 already ranks first gives
+   * almost no gradient.
+   */
+  lexicalWeight: number;
   seed: number;
 }
 
@@ -34,6 +42,7 @@ export const DEFAULT_SETTINGS: TrainSettings = {
   epochs: 4,
   learningRate: 0.003,
   temperature: 0.05,
+  lexicalWeight: 0,
   seed: 26,
 };
 
@@ -222,6 +231,47 @@ export function batches(pairs: readonly Pair[], settings: TrainSettings, random:
   return out;
 }
 
+/**
+ * BM25 of every question against every code text of a batch (k1 1.2, b 0.75, idf over the batch's
+ * codes, identifier-split tokens as the eval's baseline takes them), each row scaled by its best, into
+ * `out` (b × b).
+ */
+export function batchBm25(
+  queryTokens: readonly string[][],
+  codeTokens: readonly string[][],
+  batch: readonly number[],
+  out: Float32Array,
+): void {
+  const b = batch.length;
+  const postings = new Map<string, [number, number][]>();
+  let total = 0;
+  const lengths = batch.map((row, j) => {
+    const counts = new Map<string, number>();
+    for (const t of codeTokens[row]!) counts.set(t, (counts.get(t) ?? 0) + 1);
+    for (const [t, n] of counts) {
+      let list = postings.get(t);
+      if (!list) postings.set(t, (list = []));
+      list.push([j, n]);
+    }
+    total += codeTokens[row]!.length;
+    return codeTokens[row]!.length;
+  });
+  const avg = total / b || 1;
+  out.fill(0);
+  batch.forEach((row, i) => {
+    const base = i * b;
+    for (const t of queryTokens[row]!) {
+      const list = postings.get(t);
+      if (!list) continue;
+      const idf = Math.log(1 + (b - list.length + 0.5) / (list.length + 0.5));
+      for (const [j, tf] of list) out[base + j]! += (idf * tf * 2.2) / (tf + 1.2 * (0.25 + (0.75 * lengths[j]!) / avg));
+    }
+    let max = 0;
+    for (let j = 0; j < b; j++) max = Math.max(max, out[base + j]!);
+    if (max > 0) for (let j = 0; j < b; j++) out[base + j]! /= max;
+  });
+}
+
 export interface TrainProgress {
   epoch: number;
   step: number;
@@ -279,6 +329,10 @@ export function train(
   const queryGrad = new Float32Array(v);
   const docGrad = new Float32Array(v);
   const scale = 1 / settings.temperature;
+  const lexical = settings.lexicalWeight;
+  const lexicalScores = new Float32Array(lexical > 0 ? b * b : 0);
+  const queryTokens = lexical > 0 ? pairs.map((p) => analyze(p.query, { splitIdentifiers: true })) : [];
+  const codeTokens = lexical > 0 ? pairs.map((p) => analyze(p.code, { splitIdentifiers: true })) : [];
 
   for (let epoch = 1; epoch <= settings.epochs; epoch++) {
     const plan = batches(used, settings, random);
@@ -286,10 +340,12 @@ export function train(
       const batch = local.map((i) => usable[i]!);
       forward(model, queries, batch, model.queryWeight, q, qn);
       forward(model, codes, batch, model.documentWeight, c, cn);
+      if (lexical > 0) batchBm25(queryTokens, codeTokens, batch, lexicalScores);
       for (let i = 0; i < b; i++)
         for (let j = 0; j < b; j++) {
           let dot = 0;
           for (let d = 0; d < dims; d++) dot += q[i * dims + d]! * c[j * dims + d]!;
+          if (lexical > 0) dot += lexical * lexicalScores[i * b + j]!;
           s[i * b + j] = dot * scale;
         }
       // Loss and its gradient with respect to S: rows are question -> code, columns code -> question.

@@ -1,6 +1,7 @@
 import { env } from "cloudflare:test";
 import { expect, it } from "vitest";
 import type { IndexedChunk } from "../../durable-objects/workspace.js";
+import { MAX_ALTERNATIVES } from "../../protocol/embedder/translation.js";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import type { CommitResponse, SearchResponse } from "../../protocol/sync.js";
 import { VectorKey } from "../../protocol/vector-key.js";
@@ -18,7 +19,9 @@ import { median, quantile } from "../stats.js";
  * 2,000 files of 5 chunks; then `SCALE_QUERIES` warm searches each (vector + 8 terms, top 10),
  * alternating between the two with the same terms, timed around the RPC. The question's embedding
  * happens in the route, before the RPC: it is measured here with the Worker's own embedders and
- * added to the figures.
+ * added to the figures. The new shape is also asked each question with translations (8 words of
+ * `MAX_ALTERNATIVES` Zipf-drawn alternatives each, as many as a client sends), in the same rotation,
+ * to price the translation channel against the same run's two-channel search.
  */
 const VOCABULARY = 200_000;
 /** Old first: each ratio is new over old. */
@@ -95,6 +98,8 @@ interface Shape {
   stub: ReturnType<typeof workspaceStub>;
   vectors: () => number;
   times: number[];
+  /** The same questions with translations (the new shape only). */
+  translatedTimes: number[];
   coldMs: number;
   questionMs: number;
 }
@@ -114,7 +119,7 @@ it("measures search latency at each scale point for the old and the new embedder
         createdAt: new Date().toISOString(),
       });
       const vectors = random(n * 7919 + embedder.dims);
-      shapes.push({ embedder, stub, vectors, times: [], coldMs: 0, questionMs: 0 });
+      shapes.push({ embedder, stub, vectors, times: [], translatedTimes: [], coldMs: 0, questionMs: 0 });
     }
     const terms = random(n);
     const files = Math.ceil(n / 5);
@@ -148,18 +153,25 @@ it("measures search latency at each scale point for the old and the new embedder
       }
     }
     const loadMs = Date.now() - started;
-    const ask = async (shape: Shape, queryTerms: number[]) => {
+    const ask = async (shape: Shape, queryTerms: number[], translated?: ReturnType<typeof translations>) => {
       const t0 = performance.now();
       const answer = (await shape.stub.search({
         vector: unitVector(shape.vectors, shape.embedder.dims),
         terms: queryTerms,
         topK: 10,
+        ...(translated ? { translated } : {}),
       })) as SearchResponse;
       const elapsed = performance.now() - t0;
       expect(answer.results.length).toBe(10);
       return elapsed;
     };
     const queryTerms = () => Array.from({ length: 8 }, () => zipfTerm(terms));
+    const translations = (words: number[]): { term: number; alternatives: number[]; probabilities: number[] }[] =>
+      words.map((term) => ({
+        term,
+        alternatives: Array.from({ length: MAX_ALTERNATIVES }, () => zipfTerm(terms)),
+        probabilities: Array.from({ length: MAX_ALTERNATIVES }, (_, i) => 0.5 / (i + 1)),
+      }));
     const first = queryTerms();
     for (const shape of shapes) shape.coldMs = await ask(shape, first);
     for (let i = 0; i < 10; i++) {
@@ -171,6 +183,8 @@ it("measures search latency at each scale point for the old and the new embedder
       const same = queryTerms();
       const order = i % 2 === 0 ? shapes : [...shapes].reverse();
       for (const shape of order) shape.times.push(await ask(shape, same));
+      const now = shapes[1]!;
+      now.translatedTimes.push(await ask(now, same, translations(same)));
     }
     for (const shape of shapes) shape.questionMs = await questionMs(shape.embedder, () => shape.stub.indexStats());
     for (const shape of shapes) {
@@ -202,6 +216,13 @@ it("measures search latency at each scale point for the old and the new embedder
         `p95 ${ms(withQuestion(now, 0.95))} / ${ms(withQuestion(old, 0.95))} (${ratio(withQuestion(now, 0.95), withQuestion(old, 0.95))}), ` +
         `p99 ${ms(withQuestion(now, 0.99))} / ${ms(withQuestion(old, 0.99))} (${ratio(withQuestion(now, 0.99), withQuestion(old, 0.99))}) | ` +
         `both loaded in ${(loadMs / 1000).toFixed(1)} s`,
+    );
+    console.log(lines.at(-1));
+    const translated = (q: number) => quantile(now.translatedTimes, q);
+    lines.push(
+      `${n.toLocaleString("en-US")} chunks | new shape with translations (8 words x ${MAX_ALTERNATIVES} alternatives) / without, search alone: ` +
+        `p50 ${ms(translated(0.5))} (${ratio(translated(0.5), at(now, 0.5))}), p95 ${ms(translated(0.95))} (${ratio(translated(0.95), at(now, 0.95))}), ` +
+        `p99 ${ms(translated(0.99))} (${ratio(translated(0.99), at(now, 0.99))})`,
     );
     console.log(lines.at(-1));
     for (const shape of shapes) await shape.stub.destroy();

@@ -5,6 +5,7 @@ export * from "./errors.js";
 export { parseRateLimit, type RateLimitField } from "./rate-limit.js";
 export { EventRecorder, Events, type NewEvent, type RecorderOptions } from "./events.js";
 export { TabSession, type SuggestionRef } from "./tab-session.js";
+export { questionTranslations } from "../workspace/translation.js";
 export { contentKey, openContent, sealContent } from "../../protocol/sealed-content.js";
 export type { EditorEvent, EditorEventType, EventRefusal, EventsResponse } from "../../protocol/events.js";
 export { PRIORITY_HEADER, SESSION_HEADER } from "../../protocol/gateway.js";

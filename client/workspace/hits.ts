@@ -5,8 +5,10 @@
  * the task's copy of the tree. Nothing here reads a disk or calls the edge.
  */
 import { SYNC_PROTOCOL, type Language, type SearchRequest, type SearchResponse } from "../../protocol/sync.js";
+import type { TranslatedWord } from "../../protocol/embedder/translation.js";
 import { collapseCopies, type Copy } from "./collapse.js";
 import type { WorkspaceSecret } from "./secret.js";
+import { questionTranslations } from "./translation.js";
 import { capSnippet, focusLine } from "./snippet.js";
 
 export interface LocalHit {
@@ -46,8 +48,9 @@ export interface SearchOptions {
 const MAX_EDGE_TOP_K = 100;
 
 /**
- * The edge's search request for `query`: the scope's directory encrypted, and more results asked for
- * than the page when copies are to be collapsed into one hit.
+ * The edge's search request for `query`: the scope's directory encrypted, more results asked for
+ * than the page when copies are to be collapsed into one hit, and the question's words translated to
+ * code terms (client/workspace/translation.ts).
  */
 export function searchRequest(
   secret: WorkspaceSecret,
@@ -63,7 +66,13 @@ export function searchRequest(
     topK: (options.collapse ?? true) ? Math.min(MAX_EDGE_TOP_K, Math.max(2 * topK, topK + 10)) : topK,
     ...(within ? { pathPrefix: secret.encryptPath(within) } : {}),
     ...(options.language ? { language: options.language } : {}),
+    ...withTranslations(query),
   };
+}
+
+function withTranslations(query: string): { translations?: TranslatedWord[] } {
+  const translations = questionTranslations(query);
+  return translations ? { translations } : {};
 }
 
 /** A file as a search reads it: the text the index saw (secrets removed) and the file as it is. */

@@ -1,6 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { embedStatic, parseStaticModel, serializeStaticModel } from "../../protocol/embedder/static.js";
-import { batches, buildVocabulary, DEFAULT_SETTINGS, prng, quantize, train, type Pair } from "../../train/trainer.js";
+import {
+  batchBm25,
+  batches,
+  buildVocabulary,
+  DEFAULT_SETTINGS,
+  prng,
+  quantize,
+  train,
+  type Pair,
+} from "../../train/trainer.js";
 
 /**
  * Synthetic pairs whose questions and code share no word: each concept is asked about with one
@@ -70,6 +79,28 @@ describe("the static model trainer", () => {
       if (best.w === written) right++;
     }
     expect(right).toBeGreaterThanOrEqual(CONCEPTS.length - 1);
+  });
+
+  it("scores a batch's BM25 question by code, each row scaled to its best, for training beside the lexical channel", () => {
+    const q = [["parse", "date"], ["render"], ["nothing"]];
+    const c = [
+      ["parse", "date", "iso"],
+      ["render", "table"],
+      ["parse", "json"],
+    ];
+    const out = new Float32Array(9);
+    batchBm25(q, c, [0, 1, 2], out);
+    expect(out[0]).toBe(1);
+    expect(out[2]).toBeGreaterThan(0);
+    expect(out[2]).toBeLessThan(1);
+    expect(out[1]).toBe(0);
+    expect([...out.subarray(3, 6)]).toEqual([0, 1, 0]);
+    expect([...out.subarray(6, 9)]).toEqual([0, 0, 0]);
+    // Trained with it, the model still learns, and differs from the model trained alone.
+    const data = pairs(400, 1);
+    const alone = serializeStaticModel(quantize(train(data, settings), "toy"));
+    const beside = serializeStaticModel(quantize(train(data, { ...settings, lexicalWeight: 1 }), "toy"));
+    expect(Buffer.from(beside.weights).equals(Buffer.from(alone.weights))).toBe(false);
   });
 
   it("keeps the terms found in the most texts, at least minCount times", () => {

@@ -1,7 +1,10 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PARSE_DURATION, makeTree } from "../support/fixture.js";
-import { sextant, type LocalEdge, startEdgeWithCli } from "../support/local-edge.js";
+import { openWorkspace } from "../../client/workspace/session.js";
+import { searchWorkspace } from "../../client/workspace/search.js";
+import type { SearchRequest, SearchResponse } from "../../protocol/sync.js";
+import { sextant, type LocalEdge, startEdgeWithCli, withCliSdk } from "../support/local-edge.js";
 
 const LICENCE = Array.from({ length: 8 }, (_, i) => `// Licensed under the terms of clause ${i + 1}.`).join("\n");
 const DURATION = `${LICENCE}\n${PARSE_DURATION}`;
@@ -9,11 +12,12 @@ const DURATION = `${LICENCE}\n${PARSE_DURATION}`;
 /** `sextant search` and `index` as a person reads them: generated files skipped, copies folded, the matching line shown. */
 describe("sextant search, human output", () => {
   let edge: LocalEdge;
+  let env: Record<string, string>;
   let cli: (args: string[]) => ReturnType<typeof sextant>;
   let dir: string;
 
   beforeAll(async () => {
-    ({ edge, cli } = await startEdgeWithCli());
+    ({ edge, env, cli } = await startEdgeWithCli());
     dir = makeTree({
       "src/duration.js": DURATION,
       "lib/cjs/duration.js": `${DURATION}module.exports = { parseDuration };\n`,
@@ -47,6 +51,28 @@ describe("sextant search, human output", () => {
     expect(first).toContain("\n    … (from line 9)\n    function parseDuration(text, options) {\n");
     expect(first).not.toContain("Licensed");
     expect(second).toMatch(/^src\/timer\.js:/);
+  });
+
+  it("sends the question's words with their translations, and the edge ranks them as a third channel", async () => {
+    await withCliSdk(edge, env, async (sdk) => {
+      const sent: SearchRequest[] = [];
+      const answers: SearchResponse[] = [];
+      const search = sdk.workspaces.search.bind(sdk.workspaces);
+      sdk.workspaces.search = async (id, body, opts) => {
+        sent.push(body);
+        const answer = await search(id, body, opts);
+        answers.push(answer);
+        return answer;
+      };
+      const { hits } = await searchWorkspace(sdk, await openWorkspace(sdk, dir), "remove the timer's label", {
+        topK: 3,
+      });
+      expect(hits.length).toBeGreaterThan(0);
+      const words = sent[0]!.translations!;
+      expect(words.map((w) => w.term)).toEqual(expect.arrayContaining(["remov", "tim", "label"]));
+      expect(words.find((w) => w.term === "remov")!.alternatives.length).toBeGreaterThan(10);
+      expect(answers[0]!.results.some((r) => typeof r.channels.translation === "number")).toBe(true);
+    });
   });
 
   it("searches below the directory it is run on, and refuses a --within outside the workspace", () => {

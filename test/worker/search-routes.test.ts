@@ -91,6 +91,56 @@ describe("indexing and search", () => {
     for (const hit of wrong.results) expect(Math.abs(hit.channels.vector!)).toBeLessThan(top.channels.vector! / 2);
   });
 
+  it("ranks a third channel with the question's translations: code found through a term the question never says", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const id = await indexed(account, key);
+    // Neither the model nor the keyed terms know "zqxjv"; its translation names a term of one chunk.
+    const translated = await expectJson(
+      await search(account, id, key, {
+        query: "zqxjv",
+        translations: [{ term: "zqxjv", alternatives: ["markdown", "nowhere"], probabilities: [0.8, 0.1] }],
+      }),
+      200,
+      SearchResponse,
+    );
+    expect(translated.results.map((r) => r.path)).toEqual([`${seg("s")}/${seg("b")}`]);
+    expect(translated.results[0]!.channels).toMatchObject({ vector: null, lexical: null });
+    expect(translated.results[0]!.channels.translation).toBeTypeOf("number");
+    // The same question without translations finds nothing, and says nothing of the channel.
+    const plain = await expectJson(await search(account, id, key, { query: "zqxjv" }), 200, SearchResponse);
+    expect(plain.results).toEqual([]);
+    // With the question's own words, every hit says what the translation channel scored it.
+    const both = await expectJson(
+      await search(account, id, key, {
+        query: "revoke an api key",
+        translations: [{ term: "revok", alternatives: ["evict"], probabilities: [0.5] }],
+      }),
+      200,
+      SearchResponse,
+    );
+    expect(both.results[0]!.path).toBe(`${seg("s")}/${seg("a")}`);
+    expect(both.results.every((r) => "translation" in r.channels)).toBe(true);
+  });
+
+  it("refuses malformed translations", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const id = await indexed(account, key);
+    const word = { term: "remov", alternatives: ["delet"], probabilities: [0.5] };
+    for (const translations of [
+      [{ ...word, probabilities: [0.5, 0.2] }],
+      [{ ...word, probabilities: [1.5] }],
+      [{ ...word, term: "" }],
+      [{ ...word, alternatives: ["x".repeat(101)] }],
+      [{ ...word, extra: 1 }],
+      Array.from({ length: 33 }, () => word),
+      [{ ...word, alternatives: Array(129).fill("delet"), probabilities: Array(129).fill(0.1) }],
+      "remove",
+    ])
+      await expectProblem(await search(account, id, key, { query: "remove", translations }), 400, "invalid_request");
+  });
+
   it("searches only one language when asked, and refuses an unknown language", async () => {
     const account = await createAccount();
     const key = vectorKeyOf();

@@ -305,8 +305,18 @@ export const workspaces = new Hono<AppEnv>()
     const keyBytes = vectorKeyBytes(c);
     loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
+    const termKey = new TermKey(keyBytes);
     const query = {
-      terms: new TermKey(keyBytes).query(body.query).slice(0, 512),
+      terms: termKey.query(body.query).slice(0, 512),
+      ...(body.translations
+        ? {
+            translated: body.translations.map((w) => ({
+              term: termKey.id(w.term),
+              alternatives: w.alternatives.map((t) => termKey.id(t)),
+              probabilities: w.probabilities,
+            })),
+          }
+        : {}),
       topK: body.topK,
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
       ...(body.language ? { language: body.language } : {}),
