@@ -220,9 +220,11 @@ it("measures search latency at each scale point for the old and the new embedder
     console.log(lines.at(-1));
     const translated = (q: number) => quantile(now.translatedTimes, q);
     lines.push(
-      `${n.toLocaleString("en-US")} chunks | new shape with translations (8 words x ${MAX_ALTERNATIVES} alternatives) / without, search alone: ` +
-        `p50 ${ms(translated(0.5))} (${ratio(translated(0.5), at(now, 0.5))}), p95 ${ms(translated(0.95))} (${ratio(translated(0.95), at(now, 0.95))}), ` +
-        `p99 ${ms(translated(0.99))} (${ratio(translated(0.99), at(now, 0.99))})`,
+      `${n.toLocaleString("en-US")} chunks | new shape with translations (8 words x ${MAX_ALTERNATIVES} alternatives), search alone, ` +
+        `against the same shape without / the old embedder's: ` +
+        `p50 ${ms(translated(0.5))} (${ratio(translated(0.5), at(now, 0.5))} / ${ratio(translated(0.5), at(old, 0.5))}), ` +
+        `p95 ${ms(translated(0.95))} (${ratio(translated(0.95), at(now, 0.95))} / ${ratio(translated(0.95), at(old, 0.95))}), ` +
+        `p99 ${ms(translated(0.99))} (${ratio(translated(0.99), at(now, 0.99))} / ${ratio(translated(0.99), at(old, 0.99))})`,
     );
     console.log(lines.at(-1));
     for (const shape of shapes) await shape.stub.destroy();

@@ -157,6 +157,21 @@ describe("the translation channel", () => {
     expect(tight.map((h) => h.id)).toEqual([20]);
   });
 
+  it("shares the budget among the question's words, and skips a word in most chunks but for its translations", () => {
+    const texts = [
+      ...Array.from({ length: 10 }, (_, i) => `function listItems${i}(list) { return list }`),
+      "function purgeAll() {}",
+      "function wipeCache() {}",
+    ];
+    const words = [word("remov", ["list", "purg"], [0.5, 0.5]), word("clear", ["wip"], [0.5])];
+    // 12 postings in all, 6 a word: "list" (10) fits neither share, "purg" and "wip" do.
+    const shared = index(texts, { translationBudget: 12 }).queryTranslated(words, 30)!;
+    expect(shared.map((h) => h.id).sort((a, b) => a - b)).toEqual([10, 11]);
+    // "list" is in 10 of 12 chunks: as a question word beside another it counts only through its translations.
+    const common = index(texts).queryTranslated([word("list", ["purg"], [0.5]), word("clear", ["wip"], [0.5])], 30)!;
+    expect(common.map((h) => h.id).sort((a, b) => a - b)).toEqual([10, 11]);
+  });
+
   it("fuses three channels each scaled to its candidates, and two as before", () => {
     const v = [
       { id: "a", score: 0.9 },
