@@ -53,11 +53,12 @@ const commonAt = (live: number) => Math.min(live / 3, Math.max(live / 10, 5000))
 const B = 0.75;
 /**
  * Postings the translation channel walks for its alternatives, at most, per query, shared equally
- * among the question's words: about 2 ms of CPU (walking 250,000 took 5 ms at 100,000 chunks). A
- * workspace of a few thousand chunks never reaches it; in larger ones each word's least likely
- * alternatives past its share are skipped.
+ * among the question's words: about 1 ms of CPU at 100,000 chunks, where 250,000 took 5 ms, and where
+ * it keeps a translated search's p50 and p95 within the old embedder's (`npm run bench:scale`). The
+ * dev eval's codebases never reach it; in larger ones each word's least likely alternatives past its
+ * share are skipped.
  */
-export const TRANSLATION_POSTING_BUDGET = 50_000;
+export const TRANSLATION_POSTING_BUDGET = 25_000;
 
 export class HotIndex extends HotSlots {
   readonly #exactLimit: number;
