@@ -46,11 +46,12 @@ export function fuseScores(
  */
 export const TRANSLATION_WEIGHT = 1;
 
+/** Scores scaled to 0..1 between the worst and the best; a lone candidate (or a tie of all) is the best, 1. */
 function scaled(hits: readonly ChannelHit[]): ChannelHit[] {
   let [lo, hi] = [Infinity, -Infinity];
   for (const h of hits) [lo, hi] = [Math.min(lo, h.score), Math.max(hi, h.score)];
-  const span = hi - lo || 1;
-  return hits.map((h) => ({ id: h.id, score: (h.score - lo) / span }));
+  const span = hi - lo;
+  return hits.map((h) => ({ id: h.id, score: span > 0 ? (h.score - lo) / span : 1 }));
 }
 
 /**

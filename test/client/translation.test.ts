@@ -191,5 +191,7 @@ describe("the translation channel", () => {
     expect(fused.get("b")).toBeCloseTo(0 + 1 + 0);
     expect(fused.get("c")).toBeCloseTo(1);
     expect(fuseThree(v, t, x, 1, 2).map((h) => h.id)[0]).toBe("c");
+    // A channel's lone candidate is its best.
+    expect(fuseThree([], [{ id: "a", score: 3 }], [{ id: "a", score: -7 }])).toEqual([{ id: "a", score: 2 }]);
   });
 });

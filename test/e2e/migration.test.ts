@@ -1,3 +1,5 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { indexWorkspace, openWorkspace } from "../../client/workspace/session.js";
 import { SYNC_PROTOCOL } from "../../protocol/sync.js";
@@ -77,11 +79,41 @@ describe("moving a workspace to the edge's new embedder", () => {
     expect(hits[0].path).toBe("src/orbit/kepler.ts");
   }, 60_000);
 
+  it("a file added while the move is under way is found by `sextant search` before the move ends", async () => {
+    mkdirSync(join(dir, "src/geo"));
+    writeFileSync(
+      join(dir, "src/geo/haversine.ts"),
+      `export function haversineDistance(lat1: number, lon1: number, lat2: number, lon2: number): number {
+  const earthRadiusKm = 6371;
+  return 2 * earthRadiusKm * Math.asin(Math.sqrt(Math.sin((lat2 - lat1) / 2) ** 2 + Math.cos(lat1) * Math.cos(lat2) * Math.sin((lon2 - lon1) / 2) ** 2));
+}
+`,
+    );
+    await withCliSdk(local.edge, local.env, async (sdk) => {
+      // The edge takes the new file alone, then the client's connection drops: the move stays under way.
+      const commit = sdk.workspaces.commit.bind(sdk.workspaces);
+      sdk.workspaces.commit = async (id, body, opts) => {
+        const added = (body.upserts ?? []).filter((u) => u.chunks?.some((c) => c.text.includes("haversineDistance")));
+        expect(added).toHaveLength(1);
+        await commit(id, { ...body, upserts: added }, opts);
+        throw new Error("the connection dropped");
+      };
+      const ws = await openWorkspace(sdk, dir);
+      await expect(indexWorkspace(sdk, ws)).rejects.toThrow(/the connection dropped/);
+      expect((await sdk.workspaces.tree(ws.entry.workspaceId)).reembed).toBe(true);
+    });
+    const hits = await json(["search", "haversine distance between two points on the earth", dir, "-k", "1"]);
+    expect(hits[0].path).toBe("src/geo/haversine.ts");
+    // The files not yet moved are still searched in the old index.
+    const old = await json(["search", "solveKeplerEquation eccentric anomaly", dir, "-k", "1"]);
+    expect(old[0].path).toBe("src/orbit/kepler.ts");
+  }, 60_000);
+
   it("`sextant index` says it is moving the workspace, sends the files not yet moved, and ends on the new embedder", async () => {
     const run = await cli(["index", dir]);
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toMatch(
-      /Moving the workspace to this edge's embedder \S+ \(indexed by standin-embed-768\): sending 2 files again \(2 files moved by an earlier run\)/,
+      /Moving the workspace to this edge's embedder \S+ \(indexed by standin-embed-768\): sending 2 files again \(3 files moved by an earlier run\)/,
     );
     expect(run.stdout).toContain("moved to");
     const again = await json(["index", dir]);
