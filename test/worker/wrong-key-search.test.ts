@@ -257,5 +257,27 @@ describe("searching with the wrong vector key", () => {
     // right key's vector channel sits far higher.
     expect(CHANCE_MRR).toBeCloseTo(0.107, 3);
     expect(mrr(wrong.vector)).toBeLessThan(0.25);
+
+    // The translation channel's terms are keyed the same way: with another key it finds nothing either.
+    const translated = async (vectorKey: string) =>
+      expectJson(
+        await call(`/v1/workspaces/${id}/search`, {
+          token: account.key.key,
+          body: {
+            protocol: SYNC_PROTOCOL,
+            query: "zqxjv",
+            topK: N,
+            translations: [
+              { term: "zqxjv", alternatives: ["graph", "buffer", "json"], probabilities: [0.4, 0.3, 0.3] },
+            ],
+          },
+          headers: { [VECTOR_KEY_HEADER]: vectorKey },
+        }),
+        200,
+        SearchResponse,
+      );
+    const found = (await translated(RIGHT)).results.filter((r) => typeof r.channels.translation === "number");
+    expect(found.length).toBeGreaterThan(5);
+    expect((await translated(WRONG)).results).toEqual([]);
   });
 });
