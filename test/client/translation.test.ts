@@ -157,7 +157,7 @@ describe("the translation channel", () => {
     expect(tight.map((h) => h.id)).toEqual([20]);
   });
 
-  it("shares the budget among the question's words, and skips a word in most chunks but for its translations", () => {
+  it("shares the budget among the question's words", () => {
     const texts = [
       ...Array.from({ length: 10 }, (_, i) => `function listItems${i}(list) { return list }`),
       "function purgeAll() {}",
@@ -167,9 +167,26 @@ describe("the translation channel", () => {
     // 12 postings in all, 6 a word: "list" (10) fits neither share, "purg" and "wip" do.
     const shared = index(texts, { translationBudget: 12 }).queryTranslated(words, 30)!;
     expect(shared.map((h) => h.id).sort((a, b) => a - b)).toEqual([10, 11]);
-    // "list" is in 10 of 12 chunks: as a question word beside another it counts only through its translations.
-    const common = index(texts).queryTranslated([word("list", ["purg"], [0.5]), word("clear", ["wip"], [0.5])], 30)!;
-    expect(common.map((h) => h.id).sort((a, b) => a - b)).toEqual([10, 11]);
+  });
+
+  it("skips a term in over 5,000 chunks and a tenth of them, in BM25 and as a translated word, but not in a small index", () => {
+    const small = index([
+      ...Array.from({ length: 8 }, (_, i) => `function listItems${i}(list) {}`),
+      "function purgeAll(list) {}",
+    ]);
+    // "list" is in every chunk of a small index, and still counts next to a rarer term.
+    expect(small.queryTerms([key.id("list"), key.id("purg")], 20)!).toHaveLength(9);
+    const entries = Array.from({ length: 6000 }, (_, i) =>
+      i % 6 === 0 ? `function other${i}() {}` : `function listItems(list) {}`,
+    );
+    entries.push("function purgeAll(list) {}");
+    const large = index(entries);
+    // 5,001 chunks hold "list": next to "purg" it is skipped, alone it answers.
+    expect(large.queryTerms([key.id("list"), key.id("purg")], 20)!.map((h) => h.id)).toEqual([6000]);
+    expect(large.queryTerms([key.id("list")], 20)!).toHaveLength(20);
+    expect(large.queryTranslated([word("list", [], []), word("remov", ["purg"], [0.5])], 20)!.map((h) => h.id)).toEqual(
+      [6000],
+    );
   });
 
   it("fuses three channels each scaled to its candidates, and two as before", () => {
