@@ -5,7 +5,7 @@
  * the model directory's translation table, the dev eval ranked as the edge ranks it, with and without
  * the translation channel.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { parseStaticModel } from "../protocol/embedder/static.js";
@@ -22,9 +22,11 @@ const dev = await loadDevCodebases();
 const weights = [...new Set([0.5, LEXICAL_WEIGHT, 2])].sort((a, b) => a - b);
 console.log(`${model.name} (${model.dims} dims), MRR@10 on the dev eval:\n`);
 console.log(formatDevScores(dev.map((d) => evaluateModel(model, d, weights))));
-const table = parseTranslation(
-  readFileSync(join(args.model, "translation.bin")),
-  readFileSync(join(args.model, "translation-terms.txt"), "utf8"),
-);
-console.log(`\nAs the edge ranks it, with the translation table (${table.size} words):\n`);
-console.log(formatEdgeScores(dev.map((d) => evaluateEdge(model, d, table, [0.5, TRANSLATION_WEIGHT, 2]))));
+if (existsSync(join(args.model, "translation.bin"))) {
+  const table = parseTranslation(
+    readFileSync(join(args.model, "translation.bin")),
+    readFileSync(join(args.model, "translation-terms.txt"), "utf8"),
+  );
+  console.log(`\nAs the edge ranks it, with the translation table (${table.size} words):\n`);
+  console.log(formatEdgeScores(dev.map((d) => evaluateEdge(model, d, table, [0.5, TRANSLATION_WEIGHT, 2]))));
+} else console.log(`\n${args.model} has no translation table: the edge's ranking with it is not scored.`);
