@@ -55,10 +55,10 @@ const commonAt = (live: number) => Math.max(5000, live / 10);
 const B = 0.75;
 /**
  * Postings the translation channel walks for its alternatives, at most, per query, shared equally
- * among the question's words: about 1 ms of CPU at 100,000 chunks, where 250,000 took 5 ms, and where
- * it keeps a translated search's p50 and p95 within the old embedder's (`npm run bench:scale`). The
- * dev eval's codebases never reach it; in larger ones each word's least likely alternatives past its
- * share are skipped.
+ * among the question's words. At 100,000 chunks a translated search then took about 2 ms more than a
+ * two-channel one, its p50 and p95 within the old embedder's (`npm run bench:scale`; at 50,000 the
+ * p95 was 1.13x). The dev eval's codebases never reach it; in larger ones each word's lightest
+ * alternatives past its share are skipped.
  */
 export const TRANSLATION_POSTING_BUDGET = 25_000;
 
