@@ -2,9 +2,9 @@
  * Hybrid search: the vector channel's inner products and the lexical channel's BM25 scores, added
  * with the lexical score scaled to the query's best (so 1 is the best keyed-term match) and
  * weighted; with the translation channel, all three scaled to their candidates' range and added
- * (protocol/fusion.ts). Score fusion rather than rank fusion: a learned model's cosine says how close a chunk
- * is, not only that it came k-th, and on the dev eval it ranked better than reciprocal rank fusion
- * at every lexical weight tried (`LEXICAL_WEIGHT`, protocol/fusion.ts).
+ * (protocol/fusion.ts). Score fusion rather than rank fusion: a learned model's cosine says how close
+ * a chunk is, not only that it came k-th, and on the dev eval it ranked better than reciprocal rank
+ * fusion at every lexical weight tried (`LEXICAL_WEIGHT`, protocol/fusion.ts).
  */
 import type { z } from "zod";
 import type { SearchHit } from "../protocol/sync.js";
@@ -22,8 +22,8 @@ const isZero = (vector: Float32Array) => vector.every((x) => x === 0);
 /**
  * Hybrid search: the vector channel and the keyed-term BM25 channel each return candidates, and the
  * translation channel too when the question came with translations and the backend can rank them,
- * fused by score (`fuseThree`); hits the catalogue no longer holds are dropped. The score returned is the fused score,
- * with each channel's own beside it. Without a query vector (an index whose model the edge cannot
+ * fused by score (`fuseThree`); hits the catalogue no longer holds are dropped. The score returned is
+ * the fused score, with each channel's own beside it. Without a query vector (an index whose model the edge cannot
  * run), or with one of zeros (a question of words the model does not know, whose vector ranking
  * would be arbitrary), the lexical channel alone ranks, its vector scores null.
  */

@@ -142,16 +142,11 @@ export class HotIndex extends HotSlots {
     if (!this.#touched || this.#touched.length < this.n) this.#touched = new Int32Array(this.cap);
     const touched = this.#touched;
     let touchedCount = 0;
-    const clean = this.n === this.live;
     const common = commonAt(this.live);
     for (const term of new Set(terms)) {
       const list: { buf: Uint32Array; len: number } | undefined = this.postings.get(term);
       if (!list) continue;
-      let df = list.len;
-      if (!clean) {
-        df = 0;
-        for (let i = 0; i < list.len; i++) if (this.alive[Math.floor(list.buf[i]! / 256)]) df++;
-      }
+      const df = this.#liveDf(list);
       // A very common term says little and costs the most: skipped, unless it is all the query has.
       if (df === 0 || (df > common && terms.length > 1)) continue;
       const idf = Math.log(1 + (this.live - df + 0.5) / (df + 0.5));
@@ -182,10 +177,9 @@ export class HotIndex extends HotSlots {
    *   Σ_w ln(1 + (SELF·c(w, d) + (1 − SELF)·Σ_t P(w | t)·c(t, d)) / (MU·P(w))) − |w|·ln(|d| + MU)
    * which ranks as the model's likelihood does. Only chunks holding one of the terms are scored.
    * Alternatives are walked in the order given (the most weight first) while their postings fit the
-   * word's share of `TRANSLATION_POSTING_BUDGET`; one that does not fit is skipped, as is one in over a
-   * tenth of a large index's chunks, and a question word as common as BM25 skips counts only through
-   * its alternatives. Null when the lexical channel is
-   * off for this index.
+   * word's share of `TRANSLATION_POSTING_BUDGET`; one that does not fit is skipped, as is one as common
+   * as BM25 skips (`commonAt`), and a question word that common counts only through its alternatives.
+   * Null when the lexical channel is off for this index.
    */
   queryTranslated(words: readonly TranslatedTerm[], k: number, filter: HotFilter = {}): HotHit[] | null {
     if (!this.postings) return null;
@@ -196,12 +190,9 @@ export class HotIndex extends HotSlots {
     if (!this.#wordScratch || this.#wordScratch.length < this.n) this.#wordScratch = new Float32Array(this.cap);
     if (!this.#wordTouched || this.#wordTouched.length < this.n) this.#wordTouched = new Int32Array(this.cap);
     const [total, touched, num, wordTouched] = [this.#scratch, this.#touched, this.#wordScratch, this.#wordTouched];
-    const seen = this.#seen(total.length);
     let touchedCount = 0;
     let left = this.#translationBudget;
     const common = commonAt(this.live);
-    // An alternative in over a tenth of a large index's chunks (and over 5,000) says little of any one.
-    const commonAlternative = Math.max(5000, this.live / 10);
     const alive = this.alive;
     const filtered = filter.mask !== undefined || filter.language !== undefined;
     let wordCount = 0;
@@ -227,12 +218,12 @@ export class HotIndex extends HotSlots {
       const own = this.postings.get(word.term);
       // A word as common as BM25 skips is skipped here too (its chunks are most of the index), and its
       // share of the index counted by its chunks alone.
-      if (own && own.len > common && words.length > 1) cf = own.len;
+      if (own && words.length > 1 && this.#liveDf(own) > common) cf = own.len;
       else if (own) add(own.buf, own.len, TRANSLATION_SELF, true);
       for (let i = 0; i < word.alternatives.length; i++) {
         const list = this.postings.get(word.alternatives[i]!);
         const p = word.probabilities[i] ?? 0;
-        if (!list || p <= 0 || list.len > budget || list.len > commonAlternative) continue;
+        if (!list || p <= 0 || list.len > budget || this.#liveDf(list) > common) continue;
         budget -= list.len;
         left -= list.len;
         add(list.buf, list.len, (1 - TRANSLATION_SELF) * p, false);
@@ -240,10 +231,8 @@ export class HotIndex extends HotSlots {
       const background = (TRANSLATION_MU * (cf + 0.5)) / (this.totalLength + 1);
       for (let t = 0; t < wordCount; t++) {
         const slot = wordTouched[t]!;
-        if (seen[slot] === 0) {
-          seen[slot] = 1;
-          touched[touchedCount++] = slot;
-        }
+        // Each word adds more than 0 to a chunk it touches, so a total of 0 is a chunk not yet seen.
+        if (total[slot] === 0) touched[touchedCount++] = slot;
         total[slot]! += Math.log1p(num[slot]! / background);
         num[slot] = 0;
       }
@@ -254,15 +243,16 @@ export class HotIndex extends HotSlots {
       const slot = touched[t]!;
       top.push(slot, total[slot]! - words.length * Math.log(lengths[slot]! + TRANSLATION_MU));
       total[slot] = 0;
-      seen[slot] = 0;
     }
     return top.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
   }
 
-  #seenFlags: Uint8Array | null = null;
-  #seen(size: number): Uint8Array {
-    if (!this.#seenFlags || this.#seenFlags.length < size) this.#seenFlags = new Uint8Array(size);
-    return this.#seenFlags;
+  /** Live chunks on a term's postings: the list's length unless tombstones await compaction. */
+  #liveDf(list: { buf: Uint32Array; len: number }): number {
+    if (this.n === this.live) return list.len;
+    let df = 0;
+    for (let i = 0; i < list.len; i++) if (this.alive[Math.floor(list.buf[i]! / 256)]) df++;
+    return df;
   }
 
   #admit(filter: HotFilter): (slot: number) => boolean {

@@ -7,6 +7,7 @@ import { hkdf } from "@noble/hashes/hkdf.js";
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { Tokenizer } from "./embedder/tokens.js";
+import type { TranslatedWord } from "./embedder/translation.js";
 
 export interface TermCounts {
   ids: Uint32Array;
@@ -55,6 +56,15 @@ export class TermKey {
     counts.ids.forEach((id, i) => merged.set(id, counts.counts[i]!));
     for (const id of extra) merged.set(id, Math.min(MAX_COUNT, (merged.get(id) ?? 0) + 1));
     return { ids: Uint32Array.from(merged.keys()), counts: Uint16Array.from(merged.values()) };
+  }
+
+  /** A question's translated words (`translateQuestion`) as keyed ids, probabilities unchanged. */
+  translated(words: readonly TranslatedWord[]): TranslatedWord<number>[] {
+    return words.map((w) => ({
+      term: this.id(w.term),
+      alternatives: w.alternatives.map((t) => this.id(t)),
+      probabilities: w.probabilities,
+    }));
   }
 
   /** A query's distinct keyed terms. */

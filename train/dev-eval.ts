@@ -16,7 +16,7 @@ import { buildCorpus, type EvalQuery } from "../eval/corpus.js";
 import { extractDeb, fetchDeb } from "../eval/debian.js";
 import { extractTarball, fetchTarball } from "../eval/fetch.js";
 import { firstHit, score } from "../eval/metrics.js";
-import { fuseScores, fuseThree, LEXICAL_WEIGHT, TRANSLATION_WEIGHT } from "../protocol/fusion.js";
+import { fuseScores, fuseThree, LEXICAL_WEIGHT, TRANSLATION_WEIGHT, type ChannelHit } from "../protocol/fusion.js";
 import { TermKey } from "../protocol/keyed-terms.js";
 import { MAX_PATH_TERMS } from "../protocol/sync.js";
 import { translateQuestion, type TranslationTable } from "../protocol/embedder/translation.js";
@@ -107,31 +107,47 @@ export interface DevScores {
   fused: Map<number, number>;
 }
 
+/** The chunks' best `CANDIDATES` by cosine with the question, as the vector channel ranks them. */
+function byCosine(
+  model: StaticModel,
+  vectors: readonly Float32Array[],
+  question: string,
+  tokenizer: ModelTokenizer,
+): ChannelHit[] {
+  const q = embedStatic(model, question, "query", tokenizer);
+  return vectors
+    .map((v, i) => {
+      let dot = 0;
+      for (let d = 0; d < model.dims; d++) dot += v[d]! * q[d]!;
+      return { id: String(i), score: dot };
+    })
+    .sort((a, b) => b.score - a.score || Number(a.id) - Number(b.id))
+    .slice(0, CANDIDATES);
+}
+
+/** A figure over the rows' queries taken together: each row's weighted by its queries. */
+function perQuery<T extends { queries: number }>(rows: readonly T[]): (f: (r: T) => number) => number {
+  const n = rows.reduce((sum, r) => sum + r.queries, 0) || 1;
+  return (f) => rows.reduce((sum, r) => sum + f(r) * r.queries, 0) / n;
+}
+
 export function evaluateModel(
   model: StaticModel,
   codebase: DevCodebase,
   lexicalWeights: readonly number[] = [...new Set([0.3, LEXICAL_WEIGHT, 2])].sort((a, b) => a - b),
 ): DevScores {
   const tokenizer = new ModelTokenizer();
-  const dims = model.dims;
   const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
   const ranks = { model: [] as (number | null)[], bm25: [] as (number | null)[], either: [] as (number | null)[] };
   const fusedRanks = new Map(lexicalWeights.map((w) => [w, [] as (number | null)[]]));
   const at = (ids: readonly number[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[i]!);
   for (const query of codebase.queries) {
-    const q = embedStatic(model, query.text, "query", tokenizer);
-    const sims = vectors.map((v, i) => {
-      let dot = 0;
-      for (let d = 0; d < dims; d++) dot += v[d]! * q[d]!;
-      return [i, dot] as const;
-    });
-    const byModel = sims.sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, CANDIDATES);
+    const vectorHits = byCosine(model, vectors, query.text, tokenizer);
     const byBm25 = codebase.bm25.search(query.text, CANDIDATES);
-    ranks.model.push(firstHit(at(byModel.map(([i]) => i)), query.targets));
+    ranks.model.push(firstHit(at(vectorHits.map((h) => Number(h.id))), query.targets));
     ranks.bm25.push(firstHit(at(byBm25.map((h) => h.doc)), query.targets));
     const [m, b] = [ranks.model.at(-1)!, ranks.bm25.at(-1)!];
     ranks.either.push(m === null ? b : b === null ? m : Math.min(m, b));
-    const vectorHits = byModel.map(([i, score]) => ({ id: String(i), score }));
     const termHits = byBm25.map((h) => ({ id: String(h.doc), score: h.score }));
     for (const w of lexicalWeights) {
       const fused = fuseScores(vectorHits, termHits, w).map((h) => Number(h.id));
@@ -192,22 +208,11 @@ export function evaluateEdge(
   const hits = (h: readonly { id: number; score: number }[] | null) =>
     (h ?? []).map((x) => ({ id: String(x.id), score: x.score }));
   for (const query of codebase.queries) {
-    const q = embedStatic(model, query.text, "query", tokenizer);
-    const byVector = vectors
-      .map((v, i) => {
-        let dot = 0;
-        for (let d = 0; d < model.dims; d++) dot += v[d]! * q[d]!;
-        return { id: String(i), score: dot };
-      })
-      .sort((a, b) => b.score - a.score || Number(a.id) - Number(b.id))
-      .slice(0, CANDIDATES);
+    const byVector = byCosine(model, vectors, query.text, tokenizer);
     const byTerms = hits(hot.queryTerms(key.query(query.text), CANDIDATES));
-    const words = translateQuestion(translation, query.text).map((w) => ({
-      term: key.id(w.term),
-      alternatives: w.alternatives.map((t) => key.id(t)),
-      probabilities: w.probabilities,
-    }));
-    const byTranslation = hits(hot.queryTranslated(words, CANDIDATES));
+    const byTranslation = hits(
+      hot.queryTranslated(key.translated(translateQuestion(translation, query.text)), CANDIDATES),
+    );
     ranks.bm25.push(
       firstHit(at(codebase.bm25.search(query.text, CANDIDATES).map((h) => String(h.doc))), query.targets),
     );
@@ -233,12 +238,11 @@ export function evaluateEdge(
 }
 
 export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
-  const n = perCodebase.reduce((sum, r) => sum + r.queries, 0) || 1;
-  const mean = (f: (r: EdgeScores) => number) => perCodebase.reduce((sum, r) => sum + f(r) * r.queries, 0) / n;
+  const mean = perQuery(perCodebase);
   const weights = [...(perCodebase[0]?.threeChannels.keys() ?? [])];
   const all: EdgeScores = {
     label: "all queries",
-    queries: n,
+    queries: perCodebase.reduce((sum, r) => sum + r.queries, 0),
     bm25: mean((r) => r.bm25),
     lexical: mean((r) => r.lexical),
     translation: mean((r) => r.translation),
@@ -271,12 +275,11 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
 
 /** The rows' queries taken together: each figure weighted by its codebase's queries. */
 export function overall(rows: readonly DevScores[]): DevScores {
-  const n = rows.reduce((sum, r) => sum + r.queries, 0) || 1;
-  const mean = (f: (r: DevScores) => number) => rows.reduce((sum, r) => sum + f(r) * r.queries, 0) / n;
+  const mean = perQuery(rows);
   const weights = [...(rows[0]?.fused.keys() ?? [])];
   return {
     label: "all queries",
-    queries: n,
+    queries: rows.reduce((sum, r) => sum + r.queries, 0),
     model: mean((r) => r.model),
     bm25: mean((r) => r.bm25),
     either: mean((r) => r.either),

@@ -13,7 +13,7 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseStaticModel, serializeStaticModel } from "../protocol/embedder/static.js";
-import { serializeTranslation } from "../protocol/embedder/translation.js";
+import { serializeTranslation, tableOf } from "../protocol/embedder/translation.js";
 import {
   evaluateEdge,
   evaluateModel,
@@ -101,15 +101,15 @@ async function main(): Promise<void> {
   writeFileSync(join(out, "weights.bin"), weights);
   writeFileSync(join(out, "vocab.txt"), vocab);
   const translationStarted = Date.now();
-  const table = trainTranslation(pairs, DEFAULT_TRANSLATION, (it, entries) =>
+  const entries = trainTranslation(pairs, DEFAULT_TRANSLATION, (it, entries) =>
     log(`translation table, round ${it}: ${entries} entries`),
   );
   const translationSeconds = (Date.now() - translationStarted) / 1000;
-  const written = serializeTranslation(table);
+  const written = serializeTranslation(entries);
   writeFileSync(join(out, "translation.bin"), written.table);
   writeFileSync(join(out, "translation-terms.txt"), written.terms);
   const shipped = parseStaticModel(weights, vocab);
-  const edge = dev.map((d) => evaluateEdge(shipped, d, table));
+  const edge = dev.map((d) => evaluateEdge(shipped, d, tableOf(entries)));
   log(`the dev eval as the edge ranks it (MRR@10):\n${formatEdgeScores(edge)}`);
   const packages = JSON.parse(readFileSync(new URL("./packages.json", import.meta.url), "utf8"));
   const cardPath = join(out, "MODEL_CARD.md");
@@ -130,8 +130,8 @@ async function main(): Promise<void> {
     finalLoss,
     translation: {
       settings: DEFAULT_TRANSLATION,
-      words: table.size,
-      entries: [...(table.words?.values() ?? [])].reduce((n, e) => n + e.terms.length, 0),
+      words: entries.size,
+      entries: [...entries.values()].reduce((n, e) => n + e.terms.length, 0),
       tableBytes: written.table.byteLength,
       tableSha256: sha256(written.table),
       termsSha256: sha256(written.terms),

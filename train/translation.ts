@@ -7,12 +7,7 @@
  * client keys. Deterministic: the same pairs give the same table.
  */
 import { Tokenizer } from "../protocol/embedder/tokens.js";
-import {
-  MAX_ALTERNATIVES,
-  tableOf,
-  type TranslationEntry,
-  type TranslationTable,
-} from "../protocol/embedder/translation.js";
+import { MAX_ALTERNATIVES, type TranslationEntry } from "../protocol/embedder/translation.js";
 
 export interface TranslationSettings {
   /** A term must occur in this many questions (or code texts) to be in the table. */
@@ -28,7 +23,7 @@ export function trainTranslation(
   pairs: readonly { query: string; code: string }[],
   settings: TranslationSettings = DEFAULT_TRANSLATION,
   onIteration: (iteration: number, entries: number) => void = () => {},
-): TranslationTable {
+): Map<string, TranslationEntry> {
   const tokenizer = new Tokenizer();
   const distinct = (text: string) => [...new Set(tokenizer.tokenize(text).map((t) => t.term))];
   const questions = pairs.map((p) => distinct(p.query));
@@ -104,5 +99,5 @@ export function trainTranslation(
     if (list.length > 0)
       words.set(term, { terms: list.map(([t]) => t), probabilities: Float32Array.from(list, ([, p]) => p) });
   });
-  return tableOf(words);
+  return words;
 }

@@ -15,7 +15,7 @@ const MODEL_DIR = new URL("../../protocol/embedder/model/", import.meta.url);
 let table: TranslationTable | null | undefined;
 
 /** The table, or null when the package carries none (a search then ranks without it). */
-export function translationTable(): TranslationTable | null {
+function translationTable(): TranslationTable | null {
   if (table !== undefined) return table;
   try {
     table = parseTranslation(

@@ -43,9 +43,10 @@ export interface TranslationTable {
   /** Words the table translates. */
   size: number;
   lookup(word: string): TranslationEntry | undefined;
-  /** Every word's entry, on a table built in memory (what `serializeTranslation` writes). */
-  words?: ReadonlyMap<string, TranslationEntry>;
 }
+
+/** Every word's entry, as the trainer builds it and `serializeTranslation` writes it. */
+export type TranslationEntries = ReadonlyMap<string, TranslationEntry>;
 
 export interface TranslatedWord<T = string> {
   term: T;
@@ -57,9 +58,7 @@ export class TranslationError extends Error {
   override readonly name = "TranslationError";
 }
 
-export function serializeTranslation(table: TranslationTable): { table: Uint8Array; terms: string } {
-  if (!table.words) throw new TranslationError("Only a table built in memory can be written.");
-  const all = table.words;
+export function serializeTranslation(all: TranslationEntries): { table: Uint8Array; terms: string } {
   const words = [...all.keys()];
   const codeIndex = new Map<string, number>();
   for (const { terms } of all.values()) for (const t of terms) if (!codeIndex.has(t)) codeIndex.set(t, codeIndex.size);
@@ -139,11 +138,9 @@ export function parseTranslation(bytes: Uint8Array, termsText: string): Translat
   };
 }
 
-/** A table built in memory (by the trainer), read as a parsed one is. */
-export function tableOf(
-  words: ReadonlyMap<string, { terms: string[]; probabilities: Float32Array }>,
-): TranslationTable {
-  return { size: words.size, lookup: (word) => words.get(word), words };
+/** Entries built in memory (by the trainer), read as a parsed table is. */
+export function tableOf(words: TranslationEntries): TranslationTable {
+  return { size: words.size, lookup: (word) => words.get(word) };
 }
 
 /**

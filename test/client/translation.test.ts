@@ -39,13 +39,13 @@ const settings = { minCount: 2, iterations: 5, keepAbove: 0.01 };
 describe("the translation table", () => {
   it("learns that a question's word stands for a code term it never shares a spelling with", () => {
     const table = trainTranslation(pairs(), settings);
-    const remove = table.lookup("remov")!;
+    const remove = table.get("remov")!;
     expect(remove.terms[0]).toBe("purg");
     expect(remove.probabilities[0]).toBeGreaterThan(0.3);
-    expect(["canva", "paint"]).toContain(table.lookup("rend")!.terms[0]);
+    expect(["canva", "paint"]).toContain(table.get("rend")!.terms[0]);
     for (const other of ["canva", "paint", "tal", "all"]) expect(remove.terms).not.toContain(other);
     // A word that the code spells as the question does translates to itself.
-    expect(table.lookup("widget")!.terms[0]).toBe("widget");
+    expect(table.get("widget")!.terms[0]).toBe("widget");
   });
 
   it("is the same, byte for byte, from the same pairs", () => {
@@ -60,7 +60,7 @@ describe("the translation table", () => {
     const { table: bytes, terms } = serializeTranslation(table);
     const read = parseTranslation(bytes, terms);
     expect(read.size).toBe(table.size);
-    for (const [word, entry] of table.words!) {
+    for (const [word, entry] of table) {
       expect(read.lookup(word)!.terms).toEqual(entry.terms);
       read.lookup(word)!.probabilities.forEach((p, i) => expect(p).toBeCloseTo(entry.probabilities[i]!, 4));
     }
@@ -72,7 +72,7 @@ describe("the translation table", () => {
     const view = new DataView(bad.buffer);
     const codes = 20 + 4 * (view.getUint32(8, true) + 1);
     view.setUint32(codes, 1e6, true);
-    const first = [...table.words!.keys()][0]!;
+    const first = [...table.keys()][0]!;
     expect(() => parseTranslation(bad, terms).lookup(first)).toThrow(/names code term/);
   });
 

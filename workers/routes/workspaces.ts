@@ -308,15 +308,7 @@ export const workspaces = new Hono<AppEnv>()
     const termKey = new TermKey(keyBytes);
     const query = {
       terms: termKey.query(body.query).slice(0, 512),
-      ...(body.translations
-        ? {
-            translated: body.translations.map((w) => ({
-              term: termKey.id(w.term),
-              alternatives: w.alternatives.map((t) => termKey.id(t)),
-              probabilities: w.probabilities,
-            })),
-          }
-        : {}),
+      ...(body.translations ? { translated: termKey.translated(body.translations) } : {}),
       topK: body.topK,
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
       ...(body.language ? { language: body.language } : {}),
