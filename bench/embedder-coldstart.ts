@@ -90,13 +90,14 @@ function randomModel(terms: number, dims = 128): ModelFiles {
   const table = new Int8Array(terms * dims).map(() => Math.round((Math.random() * 2 - 1) * 127));
   const column = () => new Float32Array(terms).map(() => Math.random());
   return serializeStaticModel({
-    name: "sextant-static-v1",
+    name: "sextant-static-v2",
     dims,
     terms: Array.from({ length: terms }, (_, i) => `term${i}`),
     table,
     scale: column(),
     documentWeight: column(),
     queryWeight: column(),
+    nameWeight: column(),
   });
 }
 

@@ -6,6 +6,7 @@
 import { hkdf } from "@noble/hashes/hkdf.js";
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
+import { definedNames } from "./embedder/names.js";
 import { Tokenizer } from "./embedder/tokens.js";
 import type { TranslatedWord } from "./embedder/translation.js";
 
@@ -47,6 +48,15 @@ export class TermKey {
     }
     const entries = [...counts].sort((a, b) => b[1] - a[1]).slice(0, MAX_TERMS_PER_CHUNK);
     return { ids: Uint32Array.from(entries, (e) => e[0]), counts: Uint16Array.from(entries, (e) => e[1]) };
+  }
+
+  /**
+   * A chunk's keyed terms as the index holds them: its text's, with each term of a name it defines
+   * (`definedNames`) counted once more, as BM25F weighs a title field. The dev eval's keyed lexical
+   * channel scored 1.059x the identifier-split baseline's MRR@10 with it and 1.038x without.
+   */
+  chunk(text: string): TermCounts {
+    return TermKey.withExtra(this.terms(text), this.query(definedNames(text).join(" ")));
   }
 
   /** `counts` with each of `extra` counted once more (a file's path terms added to its chunks). */

@@ -194,7 +194,7 @@ export function evaluateEdge(
   const tokenizer = new ModelTokenizer();
   const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
   codebase.chunks.forEach((c, id) => {
-    const terms = TermKey.withExtra(key.terms(c.text), key.query(c.path).slice(0, MAX_PATH_TERMS));
+    const terms = TermKey.withExtra(key.chunk(c.text), key.query(c.path).slice(0, MAX_PATH_TERMS));
     hot.add({ id, language: 0, scale: 1, int8: new Int8Array(32), termIds: terms.ids, termCounts: terms.counts });
   });
   const ranks = {

@@ -57,6 +57,8 @@ JavaScript, TypeScript, Python, Go and Rust). One table of ${input.vocabSize.toL
 shared by questions and code, and a learned weight per term for each side; a text's vector is the
 weighted sum of its terms' vectors, normalised. Terms are identifiers split into words, lower-cased
 and lightly stemmed (\`ModelTokenizer\`, \`protocol/embedder/static.ts\`), the same code on both sides.
+Code has a third learned weight per term, added for the terms of the names it defines
+(\`definedNames\`, \`protocol/embedder/names.ts\`), trained with the rest.
 
 Written by \`${input.command}\` on ${input.date}, in ${Math.round(input.totalSeconds / 60)} minutes
 (training ${Math.round(input.trainSeconds / 60)} minutes, on one thread).

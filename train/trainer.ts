@@ -33,7 +33,7 @@ export interface TrainSettings {
 }
 
 export const DEFAULT_SETTINGS: TrainSettings = {
-  name: "sextant-static-v1",
+  name: "sextant-static-v2",
   vocabSize: 20_000,
   minCount: 3,
   dims: 128,
@@ -110,6 +110,32 @@ export function toRows(texts: readonly string[][], vocab: ReadonlyMap<string, nu
   return { offsets, ids: Int32Array.from(ids), weights: Float32Array.from(weights) };
 }
 
+/** Code as rows: its terms as `toRows` has them, then each term of a name it defines once, as id V + t. */
+export function toDocumentRows(
+  texts: readonly string[][],
+  names: readonly string[][],
+  vocab: ReadonlyMap<string, number>,
+): SparseRows {
+  const rows = toRows(texts, vocab);
+  const offsets = new Int32Array(texts.length + 1);
+  const ids: number[] = [];
+  const weights: number[] = [];
+  texts.forEach((_, i) => {
+    for (let k = rows.offsets[i]!; k < rows.offsets[i + 1]!; k++) {
+      ids.push(rows.ids[k]!);
+      weights.push(rows.weights[k]!);
+    }
+    for (const term of new Set(names[i])) {
+      const id = vocab.get(term);
+      if (id === undefined) continue;
+      ids.push(vocab.size + id);
+      weights.push(1);
+    }
+    offsets[i + 1] = ids.length;
+  });
+  return { offsets, ids: Int32Array.from(ids), weights: Float32Array.from(weights) };
+}
+
 class Adam {
   readonly #m: Float32Array;
   readonly #v: Float32Array;
@@ -146,7 +172,15 @@ export interface Model {
   table: Float32Array;
   documentWeight: Float32Array;
   queryWeight: Float32Array;
+  nameWeight: Float32Array;
 }
+
+/**
+ * The table row of a row entry's id: code rows hold each term twice over, as itself (ids 0..V-1,
+ * weighted by `documentWeight`) and as part of a defined name (ids V..2V-1, by `nameWeight`), and
+ * both read the term's one vector.
+ */
+const tableRow = (id: number, terms: number) => (id < terms ? id : id - terms);
 
 /** The weighted sums of a batch's rows, normalised in place; returns the norms before. */
 function forward(
@@ -158,13 +192,14 @@ function forward(
   norms: Float32Array,
 ): void {
   const { dims, table } = model;
+  const terms = model.terms.length;
   out.fill(0);
   batch.forEach((row, i) => {
     const base = i * dims;
     for (let k = rows.offsets[row]!; k < rows.offsets[row + 1]!; k++) {
       const id = rows.ids[k]!;
       const c = rows.weights[k]! * side[id]!;
-      const at = id * dims;
+      const at = tableRow(id, terms) * dims;
       for (let d = 0; d < dims; d++) out[base + d]! += c * table[at + d]!;
     }
     let n = 0;
@@ -188,6 +223,7 @@ function backward(
   sideGrad: Float32Array,
 ): void {
   const { dims, table } = model;
+  const terms = model.terms.length;
   batch.forEach((row, i) => {
     const base = i * dims;
     let dot = 0;
@@ -198,7 +234,7 @@ function backward(
       const id = rows.ids[k]!;
       const a = rows.weights[k]!;
       const c = a * side[id]!;
-      const at = id * dims;
+      const at = tableRow(id, terms) * dims;
       let g = 0;
       for (let d = 0; d < dims; d++) {
         const du = grad[base + d]!;
@@ -291,7 +327,11 @@ export function train(
   const terms = buildVocabulary([...queryTerms, ...codeTerms], settings.vocabSize, settings.minCount);
   const vocab = new Map(terms.map((t, i) => [t, i]));
   const queries = toRows(queryTerms, vocab);
-  const codes = toRows(codeTerms, vocab);
+  const codes = toDocumentRows(
+    codeTerms,
+    pairs.map((p) => tokenizer.nameTerms(p.code)),
+    vocab,
+  );
   const v = terms.length;
   const dims = settings.dims;
   const random = prng(settings.seed);
@@ -303,9 +343,20 @@ export function train(
   }
   // Both sides start from the term's inverse document frequency: BM25's prior, which training revises.
   const df = new Float32Array(v);
-  for (const rows of [queries, codes]) for (const id of rows.ids) df[id]!++;
+  for (const rows of [queries, codes]) for (const id of rows.ids) if (id < v) df[id]!++;
   const idf = Float32Array.from(df, (n) => Math.log(1 + (2 * pairs.length) / (1 + n)));
-  const model: Model = { terms, dims, table, documentWeight: idf.slice(), queryWeight: idf.slice() };
+  // The code side's weights, its terms' then its names' (both starting from idf), trained as one.
+  const codeSide = new Float32Array(2 * v);
+  codeSide.set(idf, 0);
+  codeSide.set(idf, v);
+  const model: Model = {
+    terms,
+    dims,
+    table,
+    documentWeight: codeSide.subarray(0, v),
+    queryWeight: idf.slice(),
+    nameWeight: codeSide.subarray(v),
+  };
   const usable = pairs
     .map((_, i) => i)
     .filter((i) => queries.offsets[i + 1]! > queries.offsets[i]! && codes.offsets[i + 1]! > codes.offsets[i]!);
@@ -313,7 +364,7 @@ export function train(
 
   const optTable = new Adam(model.table, settings.learningRate);
   const optQuery = new Adam(model.queryWeight, settings.learningRate);
-  const optDoc = new Adam(model.documentWeight, settings.learningRate);
+  const optDoc = new Adam(codeSide, settings.learningRate);
   const b = settings.batchSize;
   const q = new Float32Array(b * dims);
   const c = new Float32Array(b * dims);
@@ -327,7 +378,7 @@ export function train(
   const dc = new Float32Array(b * dims);
   const tableGrad = new Float32Array(v * dims);
   const queryGrad = new Float32Array(v);
-  const docGrad = new Float32Array(v);
+  const docGrad = new Float32Array(2 * v);
   const scale = 1 / settings.temperature;
   const lexical = settings.lexicalWeight;
   const lexicalScores = new Float32Array(lexical > 0 ? b * b : 0);
@@ -339,7 +390,7 @@ export function train(
     plan.forEach((local, step) => {
       const batch = local.map((i) => usable[i]!);
       forward(model, queries, batch, model.queryWeight, q, qn);
-      forward(model, codes, batch, model.documentWeight, c, cn);
+      forward(model, codes, batch, codeSide, c, cn);
       if (lexical > 0) batchBm25(queryTokens, codeTokens, batch, lexicalScores);
       for (let i = 0; i < b; i++)
         for (let j = 0; j < b; j++) {
@@ -381,7 +432,7 @@ export function train(
       queryGrad.fill(0);
       docGrad.fill(0);
       backward(model, queries, batch, model.queryWeight, q, qn, dq, tableGrad, queryGrad);
-      backward(model, codes, batch, model.documentWeight, c, cn, dc, tableGrad, docGrad);
+      backward(model, codes, batch, codeSide, c, cn, dc, tableGrad, docGrad);
       optTable.step(tableGrad);
       optQuery.step(queryGrad);
       optDoc.step(docGrad);
@@ -412,5 +463,6 @@ export function quantize(model: Model, name: string): StaticModelParts {
     scale,
     documentWeight: model.documentWeight,
     queryWeight: model.queryWeight,
+    nameWeight: model.nameWeight,
   };
 }

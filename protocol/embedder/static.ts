@@ -1,20 +1,26 @@
+import { definedNames } from "./names.js";
 import { forEachWord, splitIdentifier, stem } from "./tokens.js";
 
 /**
  * The learned built-in embedder: a static embedding model. One table of token vectors is shared by
  * questions and code (so a word starts out matching itself), and each token has a learned weight per
  * side (how much it says about a question, how much about code). A text's vector is the weighted sum
- * of its tokens' vectors, normalised. No attention and no position: embedding a chunk is a few
+ * of its tokens' vectors, normalised. Code has one field more: the names a chunk defines
+ * (`definedNames`), whose tokens add their own learned weight, since a question most often describes
+ * what the function it asks about is called. No attention and no position: embedding a chunk is a few
  * hundred table lookups, cheap enough for the Worker to embed every chunk of a commit.
  *
  * The weights file (`SXSE`, little-endian):
- *   magic "SXSE" | u32 format (1) | u32 vocabulary size V | u32 dims D | u32 name length N | name (UTF-8,
- *   padded to 4 bytes) | f32 scale[V] | f32 documentWeight[V] | f32 queryWeight[V] | i8 table[V × D]
+ *   magic "SXSE" | u32 format (2) | u32 vocabulary size V | u32 dims D | u32 name length N | name (UTF-8,
+ *   padded to 4 bytes) | f32 scale[V] | f32 documentWeight[V] | f32 queryWeight[V] | f32 nameWeight[V] |
+ *   i8 table[V × D]
  * Row t of the table times scale[t] is token t's vector. The vocabulary is a separate text file, one
  * term per line in row order, as `modelTerms` spells them.
  */
-export const STATIC_FORMAT = 1;
+export const STATIC_FORMAT = 2;
 const MAGIC = 0x45535853; // "SXSE" read as a little-endian u32
+/** The f32 columns before the table: scale, documentWeight, queryWeight, nameWeight. */
+const COLUMNS = 4;
 
 export interface StaticModel {
   name: string;
@@ -24,6 +30,8 @@ export interface StaticModel {
   vectors: Float32Array;
   documentWeight: Float32Array;
   queryWeight: Float32Array;
+  /** A code token's weight again when it is part of a name the chunk defines. */
+  nameWeight: Float32Array;
 }
 
 export type StaticSide = "document" | "query";
@@ -37,6 +45,7 @@ export interface StaticModelParts {
   scale: Float32Array;
   documentWeight: Float32Array;
   queryWeight: Float32Array;
+  nameWeight: Float32Array;
 }
 
 export class StaticModelError extends Error {
@@ -49,7 +58,7 @@ export function serializeStaticModel(parts: StaticModelParts): { weights: Uint8A
   const name = new TextEncoder().encode(parts.name);
   const namePadded = Math.ceil(name.length / 4) * 4;
   const header = 20 + namePadded;
-  const bytes = new Uint8Array(header + 12 * v + v * dims);
+  const bytes = new Uint8Array(header + COLUMNS * 4 * v + v * dims);
   const view = new DataView(bytes.buffer);
   view.setUint32(0, MAGIC, true);
   view.setUint32(4, STATIC_FORMAT, true);
@@ -58,7 +67,7 @@ export function serializeStaticModel(parts: StaticModelParts): { weights: Uint8A
   view.setUint32(16, name.length, true);
   bytes.set(name, 20);
   let at = header;
-  for (const column of [parts.scale, parts.documentWeight, parts.queryWeight]) {
+  for (const column of [parts.scale, parts.documentWeight, parts.queryWeight, parts.nameWeight]) {
     for (let i = 0; i < v; i++) view.setFloat32(at + 4 * i, column[i]!, true);
     at += 4 * v;
   }
@@ -78,7 +87,7 @@ export function parseStaticModel(weights: ArrayBuffer | Uint8Array, vocabText: s
   const dims = view.getUint32(12, true);
   const nameLength = view.getUint32(16, true);
   const header = 20 + Math.ceil(nameLength / 4) * 4;
-  if (bytes.byteLength !== header + 12 * v + v * dims)
+  if (bytes.byteLength !== header + COLUMNS * 4 * v + v * dims)
     throw new StaticModelError(`A static model of ${v} × ${dims} cannot be ${bytes.byteLength} bytes.`);
   const name = new TextDecoder().decode(bytes.subarray(20, 20 + nameLength));
   const terms = vocabText.split("\n");
@@ -91,7 +100,7 @@ export function parseStaticModel(weights: ArrayBuffer | Uint8Array, vocabText: s
     return out;
   };
   const scale = column(0);
-  const table = new Int8Array(bytes.buffer, bytes.byteOffset + header + 12 * v, v * dims);
+  const table = new Int8Array(bytes.buffer, bytes.byteOffset + header + COLUMNS * 4 * v, v * dims);
   const vectors = new Float32Array(v * dims);
   for (let t = 0; t < v; t++) {
     const s = scale[t]!;
@@ -99,7 +108,7 @@ export function parseStaticModel(weights: ArrayBuffer | Uint8Array, vocabText: s
   }
   const vocab = new Map<string, number>();
   terms.forEach((term, i) => vocab.set(term, i));
-  return { name, dims, vocab, vectors, documentWeight: column(1), queryWeight: column(2) };
+  return { name, dims, vocab, vectors, documentWeight: column(1), queryWeight: column(2), nameWeight: column(3) };
 }
 
 /**
@@ -113,14 +122,23 @@ export class ModelTokenizer {
   terms(text: string): string[] {
     const out: string[] = [];
     forEachWord(text, (word) => {
-      let terms = this.#words.get(word);
-      if (!terms) {
-        terms = splitIdentifier(word).map(stem);
-        if (this.#words.size < 100_000) this.#words.set(word, terms);
-      }
-      for (const term of terms) out.push(term);
+      for (const term of this.#word(word)) out.push(term);
     });
     return out;
+  }
+
+  /** The terms of the names `text` defines (`definedNames`), each once. */
+  nameTerms(text: string): string[] {
+    return [...new Set(definedNames(text).flatMap((name) => this.#word(name)))];
+  }
+
+  #word(word: string): string[] {
+    let terms = this.#words.get(word);
+    if (!terms) {
+      terms = splitIdentifier(word).map(stem);
+      if (this.#words.size < 100_000) this.#words.set(word, terms);
+    }
+    return terms;
   }
 }
 
@@ -147,12 +165,18 @@ export function embedStatic(
   tokenizer = new ModelTokenizer(),
 ): Float32Array {
   const { dims, vectors } = model;
-  const weight = side === "query" ? model.queryWeight : model.documentWeight;
   const out = new Float32Array(dims);
-  for (const [id, count] of termCounts(model, tokenizer.terms(text))) {
-    const w = weight[id]! * countWeight(count);
+  const add = (id: number, w: number) => {
     const row = id * dims;
     for (let d = 0; d < dims; d++) out[d]! += w * vectors[row + d]!;
+  };
+  if (side === "query")
+    for (const [id, count] of termCounts(model, tokenizer.terms(text)))
+      add(id, model.queryWeight[id]! * countWeight(count));
+  else {
+    for (const [id, count] of termCounts(model, tokenizer.terms(text)))
+      add(id, model.documentWeight[id]! * countWeight(count));
+    for (const id of termCounts(model, tokenizer.nameTerms(text)).keys()) add(id, model.nameWeight[id]!);
   }
   let norm = 0;
   for (let d = 0; d < dims; d++) norm += out[d]! * out[d]!;

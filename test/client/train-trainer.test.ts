@@ -81,6 +81,34 @@ describe("the static model trainer", () => {
     expect(right).toBeGreaterThanOrEqual(CONCEPTS.length - 1);
   });
 
+  it("learns a weight for the names code defines: a function is told from the one that calls it", () => {
+    // Each definition calls the next concept's: the bag of words alone cannot tell the two apart.
+    const random = prng(3);
+    const noise = () => FILLER[Math.floor(random() * FILLER.length)]!;
+    const data: Pair[] = Array.from({ length: 800 }, (_, i) => {
+      const [asked, written] = CONCEPTS[i % CONCEPTS.length]!;
+      const [, called] = CONCEPTS[(i + 1) % CONCEPTS.length]!;
+      return {
+        query: `how to ${asked} the ${noise()} item`,
+        code: `function ${written}(${noise()}) { return ${called}(${noise()}); }`,
+        package: `pkg${i % 13}`,
+      };
+    });
+    const { weights, vocab } = serializeStaticModel(quantize(train(data, settings), "toy"));
+    const loaded = parseStaticModel(weights, vocab);
+    let right = 0;
+    CONCEPTS.forEach(([asked, written], i) => {
+      const [, called] = CONCEPTS[(i + 1) % CONCEPTS.length]!;
+      const q = embedStatic(loaded, `how to ${asked} the item`, "query");
+      const sim = (code: string) => embedStatic(loaded, code, "document").reduce((s, x, d) => s + x * q[d]!, 0);
+      // The two have the same words, so only the name's weight can part them, and by a clear margin.
+      const margin =
+        sim(`function ${written}(x) { return ${called}(x); }`) - sim(`function ${called}(x) { return ${written}(x); }`);
+      if (margin > 0.05) right++;
+    });
+    expect(right).toBe(CONCEPTS.length);
+  });
+
   it("scores a batch's BM25 question by code, each row scaled to its best, for training beside the lexical channel", () => {
     const q = [["parse", "date"], ["render"], ["nothing"]];
     const c = [

@@ -185,7 +185,7 @@ async function chunkVectors(
   return { vectors: vectors as Float32Array[], cacheModel, reused: chunks.length - missing.length };
 }
 
-/** A file's chunks as the index holds them: rotated vectors, and keyed terms of the text and the path. */
+/** A file's chunks as the index holds them: rotated vectors, and keyed terms of the text, its names and the path. */
 function indexedChunks(
   file: { path: string; language: IndexedChunk["language"]; pathTerms: number[]; chunks: ChunkUpload[] },
   vectors: Float32Array[],
@@ -198,7 +198,7 @@ function indexedChunks(
     endLine: chunk.endLine,
     language: file.language,
     vector: vectors[i]!,
-    terms: TermKey.withExtra(terms.terms(chunk.text), file.pathTerms),
+    terms: TermKey.withExtra(terms.chunk(chunk.text), file.pathTerms),
   }));
 }
 
