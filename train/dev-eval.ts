@@ -209,7 +209,7 @@ export function evaluateEdge(
     (h ?? []).map((x) => ({ id: String(x.id), score: x.score }));
   for (const query of codebase.queries) {
     const byVector = byCosine(model, vectors, query.text, tokenizer);
-    const byTerms = hits(hot.queryTerms(key.query(query.text), CANDIDATES));
+    const byTerms = hits(hot.queryTerms(key.question(query.text), CANDIDATES));
     const byTranslation = hits(
       hot.queryTranslated(key.translated(translateQuestion(translation, query.text)), CANDIDATES),
     );

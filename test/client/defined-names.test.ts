@@ -68,16 +68,34 @@ enum Colour { Red }`;
     for (const term of tokenizer.nameTerms(code)) expect(tokenizer.terms(code)).toContain(term);
   });
 
-  it("counts a defined name's keyed terms once more in the lexical channel, and nothing else", () => {
+  it("keys a defined name's terms in a field of their own, which a question's terms also look in", () => {
     const key = new TermKey(new Uint8Array(32).fill(3));
     const code = "export function parseConfig(text) {\n  return parse(text, config);\n}\n";
     const count = (t: { ids: Uint32Array; counts: Uint16Array }) =>
       new Map([...t.ids].map((id, i) => [id, t.counts[i]!]));
     const [plain, chunk] = [count(key.terms(code)), count(key.chunk(code))];
-    const named = new Set(key.query("parseConfig"));
-    expect(named.size).toBe(3); // parse, config and the whole name
-    for (const [id, n] of chunk) expect(n).toBe((plain.get(id) ?? 0) + (named.has(id) ? 1 : 0));
-    expect([...plain.keys()].every((id) => chunk.has(id))).toBe(true);
+    // parse, config and the whole name, once each in the names' field; the text's own terms unchanged.
+    const named = ["pars", "config", "#parseconfig"].map((t) => key.nameId(t));
+    expect(new Set(named).size).toBe(3);
+    for (const id of named) expect(chunk.get(id)).toBe(1);
+    for (const [id, n] of plain) expect(chunk.get(id)).toBe(n);
+    expect(chunk.size).toBe(plain.size + 3);
+    // A name's id is never a body term's: the field is apart even for the same word.
+    for (const id of named) expect(plain.has(id)).toBe(false);
+    // A question's words ask both fields; an identifier in it asks the names' field by its whole only.
+    expect(key.question("parse the config")).toEqual([
+      key.id("pars"),
+      key.nameId("pars"),
+      key.id("config"),
+      key.nameId("config"),
+    ]);
+    expect(key.question("parseConfig")).toEqual([
+      key.id("pars"),
+      key.id("config"),
+      key.id("#parseconfig"),
+      key.nameId("#parseconfig"),
+    ]);
+    expect(key.question("parse parseConfig")).toContain(key.nameId("pars"));
     // Code that defines nothing keeps its counts.
     expect(key.chunk("x = parse(config)")).toEqual(key.terms("x = parse(config)"));
   });

@@ -12,13 +12,13 @@ const FILES = {
   [seg("c")]: "def compute_merkle_root(children):\n    return sha256(join(sorted(children)))",
 };
 
-async function indexed(account: Account, vectorKey: string) {
+async function indexed(account: Account, vectorKey: string, files: Record<string, string> = FILES) {
   const id = (
     (await (await call("/v1/workspaces", { token: account.key.key, body: { name: seg("w") } })).json()) as {
       id: string;
     }
   ).id;
-  const upserts = Object.entries(FILES).map(([path, text], i) => ({
+  const upserts = Object.entries(files).map(([path, text], i) => ({
     path,
     hash: hex(String(i + 1)),
     size: text.length,
@@ -121,6 +121,30 @@ describe("indexing and search", () => {
     );
     expect(both.results[0]!.path).toBe(`${seg("s")}/${seg("a")}`);
     expect(both.results.every((r) => "translation" in r.channels)).toBe(true);
+  });
+
+  it("ranks the chunk that defines a name the question says above chunks that only call it", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const defines = `${seg("d")}/${seg("a")}`;
+    const id = await indexed(account, key, {
+      [defines]: "export function evictFromCache(entry: Entry) {\n  store.remove(entry.key);\n}",
+      [`${seg("d")}/${seg("b")}`]:
+        "export function sweep(entries: Entry[]) {\n  for (const e of entries) if (e.stale) evictFromCache(e);\n  evictFromCache(last);\n}",
+      [`${seg("d")}/${seg("c")}`]:
+        "export function reload(entries: Entry[]) {\n  entries.forEach(evictFromCache);\n  return evictFromCache(entries[0]);\n}",
+    });
+    const answer = await expectJson(
+      await search(account, id, key, { query: "evict from cache", topK: 3 }),
+      200,
+      SearchResponse,
+    );
+    expect(answer.results).toHaveLength(3);
+    const lexical = answer.results.map((r) => [r.path, r.channels.lexical!] as const);
+    const mine = lexical.find(([path]) => path === defines)![1];
+    // Its name's terms are a field of their own, which the two callers do not have.
+    for (const [path, score] of lexical) if (path !== defines) expect(mine).toBeGreaterThan(score);
+    expect(answer.results[0]!.path).toBe(defines);
   });
 
   it("refuses malformed translations", async () => {

@@ -307,7 +307,7 @@ export const workspaces = new Hono<AppEnv>()
     const { workspace, stub } = await ownWorkspace(c);
     const termKey = new TermKey(keyBytes);
     const query = {
-      terms: termKey.query(body.query).slice(0, 512),
+      terms: termKey.question(body.query).slice(0, 512),
       ...(body.translations ? { translated: termKey.translated(body.translations) } : {}),
       topK: body.topK,
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
