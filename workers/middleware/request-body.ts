@@ -10,6 +10,31 @@ export interface BodyGuardOptions {
 export const tooLarge = (maxBytes: number) =>
   new ApiError("payload_too_large", `Request bodies are limited to ${maxBytes} bytes.`);
 
+/** Bytes of a refused body read and thrown away before the 413, at most. */
+export const DRAIN_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Reads and discards what is left of a refused body, up to `DRAIN_BYTES` and within `timeoutMs`, so a
+ * client still sending it reads the 413 rather than a connection reset in the middle of its write (a
+ * lingering close, as nginx does). A body larger than that, or slower, is left unread.
+ */
+export async function drain(reader: ReadableStreamDefaultReader<Uint8Array>, timeoutMs: number): Promise<void> {
+  let timer!: ReturnType<typeof setTimeout>;
+  const expired = new Promise<"expired">((resolve) => (timer = setTimeout(() => resolve("expired"), timeoutMs)));
+  try {
+    for (let read = 0; read <= DRAIN_BYTES; ) {
+      const next = await Promise.race([reader.read(), expired]);
+      if (next === "expired" || next.done) return;
+      read += next.value.byteLength;
+    }
+  } catch {
+    // A body that breaks while being thrown away changes nothing: the answer is the 413.
+  } finally {
+    clearTimeout(timer);
+    reader.cancel().catch(() => {});
+  }
+}
+
 /**
  * The request with its body read through a guard, so that every reader (`c.req.json()`,
  * `.arrayBuffer()`, a read started ahead of time) fails the same way: a body over the limit is
@@ -42,7 +67,10 @@ function guardedBody(body: ReadableStream<Uint8Array>, { maxBytes, timeoutMs }: 
           const { done, value } = await Promise.race([reader.read(), expired]);
           if (done) return controller.close();
           size += value.byteLength;
-          if (size > maxBytes) throw tooLarge(maxBytes);
+          if (size > maxBytes) {
+            await drain(reader, Math.max(0, deadline! - Date.now()));
+            throw tooLarge(maxBytes);
+          }
           controller.enqueue(value);
         } catch (err) {
           reader.cancel().catch(() => {});
