@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
 import { join } from "node:path";
 import { parquetReadObjects } from "hyparquet";
 
@@ -15,9 +15,38 @@ async function parquetText(bytes: Buffer): Promise<Buffer> {
 }
 
 /**
+ * A live edge closes SQLite databases while a scan runs, and a closing database checkpoints its
+ * `-wal` into the database file and removes the `-wal` and `-shm`. A file gone between the listing
+ * and the read is noted, and the scan goes round again (the database file may have been read before
+ * the checkpoint); any other error is thrown.
+ */
+function gone(error: unknown): boolean {
+  return (error as NodeJS.ErrnoException)?.code === "ENOENT";
+}
+
+function statIfPresent(path: string): Stats | undefined {
+  try {
+    return statSync(path);
+  } catch (error) {
+    if (gone(error)) return undefined;
+    throw error;
+  }
+}
+
+function readIfPresent(path: string): Buffer | undefined {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    if (gone(error)) return undefined;
+    throw error;
+  }
+}
+
+/**
  * Every file under `dir` (the local edge's D1, R2 and Durable Object storage, WAL files included)
  * that contains any needle as UTF-8, UTF-16LE or base64, returned as "file: needle". A Parquet file
- * (the lake's) is scanned as its decoded values too.
+ * (the lake's) is scanned as its decoded values too. Hits from every pass are kept; passes repeat
+ * while files vanish mid-pass, up to five.
  */
 export async function scanDirectoryFor(dir: string, needles: string[]): Promise<string[]> {
   const forms = needles.flatMap((needle) => [
@@ -25,16 +54,26 @@ export async function scanDirectoryFor(dir: string, needles: string[]): Promise<
     [needle, Buffer.from(needle, "utf16le")],
     [needle, Buffer.from(Buffer.from(needle).toString("base64").slice(0, -4))],
   ]) as [string, Buffer][];
-  const hits: string[] = [];
+  const hits = new Set<string>();
+  let vanished = 0;
   const scan = (file: string, bytes: Buffer) => {
-    for (const [needle, form] of forms) if (bytes.includes(form)) hits.push(`${file}: ${needle}`);
+    for (const [needle, form] of forms) if (bytes.includes(form)) hits.add(`${file}: ${needle}`);
   };
   const walk = async (path: string) => {
     for (const name of readdirSync(path)) {
       const child = join(path, name);
-      if (statSync(child).isDirectory()) await walk(child);
+      const stats = statIfPresent(child);
+      if (!stats) {
+        vanished += 1;
+        continue;
+      }
+      if (stats.isDirectory()) await walk(child);
       else {
-        const bytes = readFileSync(child);
+        const bytes = readIfPresent(child);
+        if (!bytes) {
+          vanished += 1;
+          continue;
+        }
         scan(child, bytes);
         if (
           bytes.length >= 12 &&
@@ -45,8 +84,12 @@ export async function scanDirectoryFor(dir: string, needles: string[]): Promise<
       }
     }
   };
-  await walk(dir);
-  return hits;
+  for (let pass = 0; pass < 5; pass += 1) {
+    vanished = 0;
+    await walk(dir);
+    if (vanished === 0) break;
+  }
+  return [...hits];
 }
 
 /** How many Parquet files are under `dir` (the lake's, in the local R2's blobs). */
@@ -55,8 +98,9 @@ export function parquetFilesUnder(dir: string): number {
   const walk = (path: string) => {
     for (const name of readdirSync(path)) {
       const child = join(path, name);
-      if (statSync(child).isDirectory()) walk(child);
-      else if (readFileSync(child).subarray(0, 4).equals(PARQUET_MAGIC)) n += 1;
+      const stats = statIfPresent(child);
+      if (stats?.isDirectory()) walk(child);
+      else if (stats && readIfPresent(child)?.subarray(0, 4).equals(PARQUET_MAGIC)) n += 1;
     }
   };
   walk(dir);
