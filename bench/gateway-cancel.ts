@@ -88,6 +88,8 @@ export interface CancelRun {
   requests: number;
   /** Streams that failed before the abort (no first token). */
   failed: number;
+  /** Why they failed: an HTTP status the edge answered, "no first token" or the error's name, with a count each. */
+  failures: Record<string, number>;
   /** Client abort to the backend seeing its connection close, ms. */
   p50: number;
   p99: number;
@@ -117,8 +119,13 @@ export interface CancelFigures {
   waiting: WaitingRun[];
 }
 
-/** Streams until `tokens` token events arrived, then aborts; returns when it aborted (clock ms). */
-async function streamAndAbort(gw: BenchGateway, requestId: string, tokens: number): Promise<number | undefined> {
+type Attempt = { abortedAt: number } | { failure: string; retryAfterMs?: number };
+
+/**
+ * Streams until `tokens` token events arrived, then aborts: when it aborted (clock ms), or why the
+ * stream failed (with how long the edge asked to wait, on a 429 or 503).
+ */
+async function streamAndAbort(gw: BenchGateway, requestId: string, tokens: number): Promise<Attempt> {
   const controller = new AbortController();
   // A request that never shows its first token counts as failed instead of holding the run.
   const timer = setTimeout(() => controller.abort(new Error("no first token")), STALL_MS);
@@ -130,7 +137,14 @@ async function streamAndAbort(gw: BenchGateway, requestId: string, tokens: numbe
       body: JSON.stringify({ model: MODEL, prompt: "def f(", suffix: "):\n", max_tokens: 1_000, stream: true }),
       signal: controller.signal,
     });
-    if (!response.ok || !response.body) return undefined;
+    if (!response.ok || !response.body) {
+      await response.body?.cancel();
+      const retryAfter = Number(response.headers.get("retry-after"));
+      return {
+        failure: String(response.status),
+        ...(Number.isFinite(retryAfter) && retryAfter > 0 ? { retryAfterMs: retryAfter * 1000 } : {}),
+      };
+    }
     const decoder = new TextDecoder();
     let seen = 0;
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
@@ -141,14 +155,18 @@ async function streamAndAbort(gw: BenchGateway, requestId: string, tokens: numbe
         break;
       }
     }
-  } catch {
+  } catch (error) {
     // Leaving the loop after the abort rejects with the abort error; any other error is a failure.
-    return controller.signal.aborted ? abortedAt : undefined;
+    if (abortedAt !== undefined) return { abortedAt };
+    return { failure: controller.signal.aborted ? "no first token" : (error as Error).name || "error" };
   } finally {
     clearTimeout(timer);
   }
-  return abortedAt;
+  return abortedAt === undefined ? { failure: "ended before its tokens" } : { abortedAt };
 }
+
+/** The longest a refused request waits before the next try, whatever Retry-After says. */
+const MAX_RETRY_WAIT_MS = 2_000;
 
 async function measure(
   gw: BenchGateway,
@@ -160,16 +178,29 @@ async function measure(
   await gw.backends.configure(BACKEND, { tokensPerSecond });
   const prefix = `bench-cancel-${randomUUID()}`;
   const aborts = new Map<string, number>();
+  const failures: Record<string, number> = {};
   let started = 0;
+  let inFlight = 0;
   let failed = 0;
+  // A request the edge refused (its limits still counting an earlier run's streams, a busy machine)
+  // is tried again after the wait it asked for, up to four tries a request in all.
   await closedLoop(
     concurrency,
-    () => started < requests,
+    () => aborts.size + inFlight < requests && started < requests * 4,
     async () => {
       const id = `${prefix}-${started++}`;
-      const at = await streamAndAbort(gw, id, tokens);
-      if (at === undefined) failed++;
-      else aborts.set(id, at);
+      inFlight++;
+      try {
+        const attempt = await streamAndAbort(gw, id, tokens);
+        if ("abortedAt" in attempt) aborts.set(id, attempt.abortedAt);
+        else {
+          failed++;
+          failures[attempt.failure] = (failures[attempt.failure] ?? 0) + 1;
+          if (attempt.retryAfterMs !== undefined) await sleep(Math.min(MAX_RETRY_WAIT_MS, attempt.retryAfterMs));
+        }
+      } finally {
+        inFlight--;
+      }
     },
   );
   // The records hold every request this run made; wait for the stragglers' aborts, up to the grace.
@@ -189,6 +220,7 @@ async function measure(
     concurrency,
     requests: aborts.size,
     failed,
+    failures,
     p50: quantileOf(latencies, 0.5),
     p99: quantileOf(latencies, 0.99),
     max: latencies.length ? Math.max(...latencies) : Number.NaN,
@@ -277,6 +309,15 @@ export function reportCancel(f: CancelFigures): string {
     lines.push(
       `${String(r.tokensPerSecond).padStart(8)} ${`${fmt(1000 / r.tokensPerSecond)} ms`.padStart(10)} ${String(r.concurrency).padStart(8)} ${String(r.requests).padStart(9)} ${String(r.failed).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)} ${fmt(r.max).padStart(8)}  ${r.neverAborted} (within ${f.graceMs / 1000} s)`,
     );
+  for (const r of f.runs)
+    if (r.failed > 0)
+      lines.push(
+        `failed at ${r.tokensPerSecond} tokens/s, ${r.concurrency} stream${r.concurrency === 1 ? "" : "s"} (each tried again): ${Object.entries(
+          r.failures,
+        )
+          .map(([why, n]) => `${why} x${n}`)
+          .join(", ")}`,
+      );
   if (f.waiting.length)
     lines.push(
       `what the ${HEARTBEAT_MS} ms heartbeat costs: streams whose first token has not come, the edge's CPU (all its processes, % of one core) against the same edge idle just before`,

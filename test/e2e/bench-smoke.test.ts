@@ -376,7 +376,10 @@ describe("gateway benchmarks (smoke)", () => {
       waitingMs: 1_000,
       gateway,
     });
-    expect(figures.runs.map((r) => [r.tokensPerSecond, r.concurrency, r.requests])).toEqual([
+    expect(
+      figures.runs.map((r) => [r.tokensPerSecond, r.concurrency, r.requests]),
+      JSON.stringify(figures.runs.map((r) => r.failures)),
+    ).toEqual([
       [100, 1, 5],
       [100, 2, 5],
     ]);
