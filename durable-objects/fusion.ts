@@ -40,8 +40,10 @@ export async function hybridSearch(
   const translated = query.translated && query.translated.length > 0 ? query.translated : null;
   const [byVector, byTerms, byTranslation] = await Promise.all([
     query.vector && !isZero(query.vector) ? backend.queryVector(query.vector, n, filter) : Promise.resolve([]),
-    query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter) : Promise.resolve([]),
-    translated && backend.queryTranslated ? backend.queryTranslated(translated, n, filter) : Promise.resolve(null),
+    query.terms.length > 0 ? backend.queryTerms(query.terms, n, filter, query.termWeights) : Promise.resolve([]),
+    translated && backend.queryTranslated
+      ? backend.queryTranslated(translated, n, filter, query.translatedWeights)
+      : Promise.resolve(null),
   ]);
   const fused = fuseThree(byVector, byTerms, byTranslation ?? []);
   const vectorScores = new Map(byVector.map((h) => [h.id, h.score]));

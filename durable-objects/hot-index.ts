@@ -131,8 +131,17 @@ export class HotIndex extends HotSlots {
     return exact.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
   }
 
-  /** BM25 over keyed term ids; null when the lexical channel is off for this index. */
-  queryTerms(terms: readonly number[], k: number, filter: HotFilter = {}): HotHit[] | null {
+  /**
+   * BM25 over keyed term ids, each term's part multiplied by its weight in `weights` (1 where none is
+   * given; a term given twice counts once, at its first weight); null when the lexical channel is off
+   * for this index.
+   */
+  queryTerms(
+    terms: readonly number[],
+    k: number,
+    filter: HotFilter = {},
+    weights?: readonly number[],
+  ): HotHit[] | null {
     if (!this.postings) return null;
     if (this.live === 0) return [];
     const admit = this.#admit(filter);
@@ -143,13 +152,18 @@ export class HotIndex extends HotSlots {
     const touched = this.#touched;
     let touchedCount = 0;
     const common = commonAt(this.live);
-    for (const term of new Set(terms)) {
+    const seen = new Set<number>();
+    for (let q = 0; q < terms.length; q++) {
+      const term = terms[q]!;
+      if (seen.has(term)) continue;
+      seen.add(term);
       const list: { buf: Uint32Array; len: number } | undefined = this.postings.get(term);
       if (!list) continue;
       const df = this.#liveDf(list);
       // A very common term says little and costs the most: skipped, unless it is all the query has.
       if (df === 0 || (df > common && terms.length > 1)) continue;
-      const idf = Math.log(1 + (this.live - df + 0.5) / (df + 0.5));
+      const idf = Math.log(1 + (this.live - df + 0.5) / (df + 0.5)) * (weights?.[q] ?? 1);
+      if (idf <= 0) continue;
       const lengths = this.lengths;
       for (let i = 0; i < list.len; i++) {
         const posting: number = list.buf[i]!;
@@ -181,7 +195,12 @@ export class HotIndex extends HotSlots {
    * as BM25 skips (`commonAt`), and a question word that common counts only through its alternatives.
    * Null when the lexical channel is off for this index.
    */
-  queryTranslated(words: readonly TranslatedTerm[], k: number, filter: HotFilter = {}): HotHit[] | null {
+  queryTranslated(
+    words: readonly TranslatedTerm[],
+    k: number,
+    filter: HotFilter = {},
+    weights?: readonly number[],
+  ): HotHit[] | null {
     if (!this.postings) return null;
     if (this.live === 0 || words.length === 0) return [];
     const admit = this.#admit(filter);
@@ -229,19 +248,22 @@ export class HotIndex extends HotSlots {
         add(list.buf, list.len, (1 - TRANSLATION_SELF) * p, false);
       }
       const background = (TRANSLATION_MU * (cf + 0.5)) / (this.totalLength + 1);
+      const wordWeight = weights?.[w] ?? 1;
       for (let t = 0; t < wordCount; t++) {
         const slot = wordTouched[t]!;
         // Each word adds more than 0 to a chunk it touches, so a total of 0 is a chunk not yet seen.
         if (total[slot] === 0) touched[touchedCount++] = slot;
-        total[slot]! += Math.log1p(num[slot]! / background);
+        total[slot]! += wordWeight * Math.log1p(num[slot]! / background);
         num[slot] = 0;
       }
     }
     const top = new TopK(k, this.ids);
     const lengths = this.lengths;
+    let weightSum = 0;
+    for (let w = 0; w < words.length; w++) weightSum += weights?.[w] ?? 1;
     for (let t = 0; t < touchedCount; t++) {
       const slot = touched[t]!;
-      top.push(slot, total[slot]! - words.length * Math.log(lengths[slot]! + TRANSLATION_MU));
+      top.push(slot, total[slot]! - weightSum * Math.log(lengths[slot]! + TRANSLATION_MU));
       total[slot] = 0;
     }
     return top.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));

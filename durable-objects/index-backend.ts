@@ -46,13 +46,27 @@ export interface IndexBackend {
   remove(ids: readonly string[]): Promise<void>;
   /** The best `k` entries by inner product with `vector` (already keyed), highest first. */
   queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]>;
-  /** The best `k` entries by BM25 over keyed term ids, highest first. */
-  queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]>;
+  /**
+   * The best `k` entries by BM25 over keyed term ids, highest first, each term's part weighted by
+   * `weights` where the backend can (`HotIndex.queryTerms`; Turbopuffer weighs its terms alike).
+   */
+  queryTerms(
+    terms: readonly number[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]>;
   /**
    * The best `k` entries by the translation channel over keyed terms (`HotIndex.queryTranslated`),
-   * highest first; absent on a backend that cannot rank them (Turbopuffer ranks BM25 alone).
+   * each word weighted by `weights`, highest first; absent on a backend that cannot rank them
+   * (Turbopuffer ranks BM25 alone).
    */
-  queryTranslated?(words: readonly TranslatedTerm[], k: number, filter: BackendFilter): Promise<BackendHit[]>;
+  queryTranslated?(
+    words: readonly TranslatedTerm[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]>;
   /** Deletes everything this backend holds for the workspace. */
   destroy(): Promise<void>;
 }

@@ -133,15 +133,25 @@ export class R2Backend implements IndexBackend {
     return hot.queryVector(vector, k, this.#filter(hot, filter)).map(({ id, score }) => ({ id: String(id), score }));
   }
 
-  async queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
+  async queryTerms(
+    terms: readonly number[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]> {
     const hot = await this.hot();
-    const hits = hot.queryTerms(terms, k, this.#filter(hot, filter));
+    const hits = hot.queryTerms(terms, k, this.#filter(hot, filter), weights);
     return (hits ?? []).map(({ id, score }) => ({ id: String(id), score }));
   }
 
-  async queryTranslated(words: readonly TranslatedTerm[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
+  async queryTranslated(
+    words: readonly TranslatedTerm[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]> {
     const hot = await this.hot();
-    const hits = hot.queryTranslated(words, k, this.#filter(hot, filter));
+    const hits = hot.queryTranslated(words, k, this.#filter(hot, filter), weights);
     return (hits ?? []).map(({ id, score }) => ({ id: String(id), score }));
   }
 

@@ -83,12 +83,17 @@ export const EdgeEmbedder = z.object({
 });
 export type EdgeEmbedder = z.infer<typeof EdgeEmbedder>;
 
+/** A question term's weight: what `questionTermWeights` gives, 0 to 4, with room. */
+const TermWeight = z.number().min(0).max(16);
+
 export const SearchInput = z.object({
   /** Absent: the keyed lexical channel alone (an index whose model the edge no longer has). */
   vector: Vector.optional(),
   /** The model that made `vector`; the object answers `OtherModel` when its index holds another. */
   model: z.string().min(1).max(200).optional(),
   terms: z.array(z.number().int().nonnegative()).max(512),
+  /** Each term's weight in the lexical channel (`questionTermWeights`), in `terms`' order; 1 where absent. */
+  termWeights: z.array(TermWeight).max(512).optional(),
   /** The question's words and their translations, keyed (`HotIndex.queryTranslated`). */
   translated: z
     .array(
@@ -100,6 +105,8 @@ export const SearchInput = z.object({
     )
     .max(MAX_TRANSLATED_WORDS)
     .optional(),
+  /** Each translated word's weight, in `translated`'s order; 1 where absent. */
+  translatedWeights: z.array(TermWeight).max(MAX_TRANSLATED_WORDS).optional(),
   topK: z.number().int().min(1).max(100),
   pathPrefix: EncryptedPath.optional(),
   language: Language.optional(),

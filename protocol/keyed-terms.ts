@@ -78,6 +78,14 @@ export class TermKey {
    * `parseDuration`, while "parse a duration" looks for both words among the names.
    */
   question(text: string): number[] {
+    return this.weightedQuestion(text).ids;
+  }
+
+  /**
+   * `question`'s ids, each with the weight `weigh` gives its plaintext term (a term's id in the
+   * names' field gets the term's weight).
+   */
+  weightedQuestion(text: string, weigh: (term: string) => number = () => 1): { ids: number[]; weights: number[] } {
     const out = new Map<string, boolean>();
     forEachWord(text, (word) => {
       const terms = this.#tokenizer.tokenize(word).map(({ term }) => term);
@@ -86,7 +94,18 @@ export class TermKey {
         out.set(term, (out.get(term) ?? false) || named);
       }
     });
-    return [...out].flatMap(([term, named]) => (named ? [this.id(term), this.nameId(term)] : [this.id(term)]));
+    const ids: number[] = [];
+    const weights: number[] = [];
+    for (const [term, named] of out) {
+      const weight = weigh(term);
+      ids.push(this.id(term));
+      weights.push(weight);
+      if (named) {
+        ids.push(this.nameId(term));
+        weights.push(weight);
+      }
+    }
+    return { ids, weights };
   }
 
   /** `counts` with each of `extra` counted once more (a file's path terms added to its chunks). */

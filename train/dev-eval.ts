@@ -23,7 +23,7 @@ import { translateQuestion, type TranslationTable } from "../protocol/embedder/t
 import { HotIndex } from "../durable-objects/hot-index.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
-import { embedStatic, ModelTokenizer, type StaticModel } from "../protocol/embedder/static.js";
+import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../protocol/embedder/static.js";
 
 export interface DevChunk {
   path: string;
@@ -181,7 +181,8 @@ export interface EdgeScores {
 /**
  * The dev codebase ranked as the edge ranks it: its chunks' keyed terms (and their paths') in the
  * Workspace object's own `HotIndex`, the question's keyed terms for BM25 and its translated words
- * for the translation channel, the model's cosine, and `fuseThree`.
+ * for the translation channel (each weighted by `questionTermWeights`, as the search route weighs
+ * them), the model's cosine, and `fuseThree`.
  */
 export function evaluateEdge(
   model: StaticModel,
@@ -193,6 +194,7 @@ export function evaluateEdge(
   const hot = new HotIndex(32);
   const tokenizer = new ModelTokenizer();
   const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
+  const termWeight = questionTermWeights(model);
   codebase.chunks.forEach((c, id) => {
     const terms = TermKey.withExtra(key.chunk(c.text), key.query(c.path).slice(0, MAX_PATH_TERMS));
     hot.add({ id, language: 0, scale: 1, int8: new Int8Array(32), termIds: terms.ids, termCounts: terms.counts });
@@ -209,9 +211,16 @@ export function evaluateEdge(
     (h ?? []).map((x) => ({ id: String(x.id), score: x.score }));
   for (const query of codebase.queries) {
     const byVector = byCosine(model, vectors, query.text, tokenizer);
-    const byTerms = hits(hot.queryTerms(key.question(query.text), CANDIDATES));
+    const asked = key.weightedQuestion(query.text, termWeight);
+    const byTerms = hits(hot.queryTerms(asked.ids, CANDIDATES, {}, asked.weights));
+    const words = translateQuestion(translation, query.text);
     const byTranslation = hits(
-      hot.queryTranslated(key.translated(translateQuestion(translation, query.text)), CANDIDATES),
+      hot.queryTranslated(
+        key.translated(words),
+        CANDIDATES,
+        {},
+        words.map((w) => termWeight(w.term)),
+      ),
     );
     ranks.bm25.push(
       firstHit(at(codebase.bm25.search(query.text, CANDIDATES).map((h) => String(h.doc))), query.targets),

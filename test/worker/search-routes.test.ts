@@ -2,6 +2,9 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { SearchResponse, SYNC_PROTOCOL, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
+import { questionTermWeights } from "../../protocol/embedder/static.js";
+import { stem } from "../../protocol/embedder/tokens.js";
+import { bundledStaticModel } from "../../workers/embedders/static-model.js";
 import { call, createAccount, expectJson, expectProblem, hex, seg, vectorKeyOf, type Account } from "./harness.js";
 
 const FILES = {
@@ -145,6 +148,28 @@ describe("indexing and search", () => {
     // Its name's terms are a field of their own, which the two callers do not have.
     for (const [path, score] of lexical) if (path !== defines) expect(mine).toBeGreaterThan(score);
     expect(answer.results[0]!.path).toBe(defines);
+  });
+
+  it("weighs each word of the question by what the model learned it says", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const says = `${seg("d")}/${seg("a")}`;
+    const fills = `${seg("d")}/${seg("b")}`;
+    // One word each, the same count; the chunk with the word that says more is the longer of the
+    // two, so with every word at 1 its BM25 would be the lower.
+    const id = await indexed(account, key, {
+      [says]: "export const a = evict(xx);",
+      [fills]: "export const b = only();",
+    });
+    const answer = await expectJson(
+      await search(account, id, key, { query: "only evict", topK: 2 }),
+      200,
+      SearchResponse,
+    );
+    const lexical = new Map(answer.results.map((r) => [r.path, r.channels.lexical!]));
+    const weigh = questionTermWeights(bundledStaticModel());
+    expect(weigh(stem("evict"))).toBeGreaterThan(weigh(stem("only")));
+    expect(lexical.get(says)!).toBeGreaterThan(lexical.get(fills)!);
   });
 
   it("refuses malformed translations", async () => {

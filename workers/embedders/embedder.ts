@@ -18,6 +18,11 @@ export interface Embedder {
    * and code differently; the OpenAI embeddings protocol has no such field, so both are sent alike.
    */
   embed(texts: string[], kind: EmbedKind): Promise<Float32Array[]>;
+  /**
+   * How much each term of a question says to this model (`questionTermWeights`), for the lexical
+   * and translation channels; absent where the model has no such notion, and every term counts 1.
+   */
+  questionTermWeight?(): (term: string) => number;
 }
 
 export type EmbedKind = "document" | "query";

@@ -1,4 +1,4 @@
-import { embedStatic, ModelTokenizer, type StaticModel } from "../../protocol/embedder/static.js";
+import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../../protocol/embedder/static.js";
 import type { EmbedKind, Embedder } from "./embedder.js";
 
 /**
@@ -31,5 +31,9 @@ export class StaticEmbedder implements Embedder {
     const model = this.#load();
     const tokenizer = new ModelTokenizer();
     return texts.map((text) => embedStatic(model, text, kind, tokenizer));
+  }
+
+  questionTermWeight(): (term: string) => number {
+    return questionTermWeights(this.#load());
   }
 }

@@ -306,9 +306,14 @@ export const workspaces = new Hono<AppEnv>()
     loadIndexConfig(c.env);
     const { workspace, stub } = await ownWorkspace(c);
     const termKey = new TermKey(keyBytes);
+    const questionEmbedder = embedderFor(c.env, c.get("requestId"));
+    const weigh = questionEmbedder.questionTermWeight?.();
+    const asked = termKey.weightedQuestion(body.query, weigh);
     const query = {
-      terms: termKey.question(body.query).slice(0, 512),
+      terms: asked.ids.slice(0, 512),
+      ...(weigh ? { termWeights: asked.weights.slice(0, 512) } : {}),
       ...(body.translations ? { translated: termKey.translated(body.translations) } : {}),
+      ...(body.translations && weigh ? { translatedWeights: body.translations.map((w) => weigh(w.term)) } : {}),
       topK: body.topK,
       ...(body.pathPrefix ? { pathPrefix: body.pathPrefix } : {}),
       ...(body.language ? { language: body.language } : {}),
@@ -319,7 +324,7 @@ export const workspaces = new Hono<AppEnv>()
         workspace.id,
         () => stub.search(input) as Promise<SearchResponse | OtherModel | DimensionMismatch | BackendFailure | null>,
       );
-    const ours = await questionVector(c, keyBytes, body.query, embedderFor(c.env, c.get("requestId")));
+    const ours = await questionVector(c, keyBytes, body.query, questionEmbedder);
     const answer = await search({ ...query, ...ours });
     if (!("otherModel" in answer)) return c.json(answer);
     // Indexed by another model (the client has not re-synced since the edge's embedder changed):
