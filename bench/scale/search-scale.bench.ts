@@ -13,17 +13,27 @@ import { median, quantile } from "../stats.js";
 
 /**
  * Search latency at a number of chunks, for each built-in embedder's vector shape in the same run:
- * the old `sextant-lexical-v1` (512 dimensions) and the learned `sextant-static-v1` (128, from the
- * model the Worker bundles). Both workspaces get the same Zipf-like keyed terms and synthetic unit
- * vectors of their size, committed through the Workspace object's RPC in interleaved batches of
- * 2,000 files of 5 chunks; then `SCALE_QUERIES` warm searches each (vector + 8 terms, top 10),
- * alternating between the two with the same terms, timed around the RPC. The question's embedding
- * happens in the route, before the RPC: it is measured here with the Worker's own embedders and
- * added to the figures. The new shape is also asked each question with translations (8 words of
- * `MAX_ALTERNATIVES` Zipf-drawn alternatives each, as many as a client sends), in the same rotation,
- * to price the translation channel against the same run's two-channel search.
+ * the old `sextant-lexical-v1` (512 dimensions) and the learned one the Worker bundles (128). Both
+ * workspaces get the same Zipf-like keyed terms and synthetic unit vectors of their size, committed
+ * through the Workspace object's RPC in interleaved batches of 2,000 files of 5 chunks; then
+ * `SCALE_QUERIES` warm searches each (vector + 8 terms, top 10), alternating between the two with the
+ * same terms, timed around the RPC. The new shape's index also holds the names' field a client keys
+ * today (`TermKey.chunk`): each chunk gets `NAME_TERMS` more ids, Zipf-drawn from an id space of their
+ * own, and each of its questions asks every word's id in that field too (`TermKey.question`), 16 ids
+ * where the old shape asks 8, each with a weight (`questionTermWeights`). The question's embedding happens in the route, before the RPC: it is
+ * measured here with the Worker's own embedders and added to the figures. The new shape is also asked
+ * each question with translations (8 words of `MAX_ALTERNATIVES` Zipf-drawn alternatives each, as many
+ * as a client sends), in the same rotation, to price the translation channel against the same run's
+ * two-channel search.
  */
 const VOCABULARY = 200_000;
+/**
+ * Names'-field ids per chunk: the dev eval's 1,441 chunks carry 27.6 distinct keyed terms with the
+ * field and 23.8 without, so about 4 more.
+ */
+const NAME_TERMS = 4;
+/** The names' field's ids, apart from the body terms' as a keyed prefix keeps them. */
+const nameId = (term: number) => (term + 0x8000_0000) >>> 0;
 /** Old first: each ratio is new over old. */
 const EMBEDDERS: readonly Embedder[] = [new LexicalEmbedder(), new StaticEmbedder(bundledStaticModel)];
 /** Typical 12-word questions, each embedded the way the search route does (embed, then rotate). */
@@ -62,6 +72,14 @@ function unitVector(next: () => number, dims: number): Float32Array {
 }
 
 const zipfTerm = (next: () => number) => Math.floor(VOCABULARY ** next()) >>> 0;
+
+/** A chunk's terms with its names'-field ids added once each, as `TermKey.withExtra` adds them. */
+function withNames(terms: { ids: Uint32Array; counts: Uint16Array }, names: number[]) {
+  return {
+    ids: Uint32Array.from([...terms.ids, ...names]),
+    counts: Uint16Array.from([...terms.counts, ...names.map(() => 1)]),
+  };
+}
 const segment = (prefix: string, n: number) => `${prefix}${n.toString(36)}`.padEnd(43, "A");
 const hex = (n: number) => n.toString(16).padStart(64, "0");
 const ms = (x: number) => `${x.toFixed(1)} ms`;
@@ -126,7 +144,7 @@ it("measures search latency at each scale point for the old and the new embedder
     const started = Date.now();
     for (let f0 = 0; f0 < files; f0 += 2000) {
       const upserts = [];
-      const chunks: Omit<IndexedChunk, "vector">[] = [];
+      const chunks: (Omit<IndexedChunk, "vector"> & { names: number[] })[] = [];
       for (let f = f0; f < Math.min(files, f0 + 2000); f++) {
         const path = `${segment("d", f % 100)}/${segment("f", f)}`;
         upserts.push({ path, hash: hex(f + 1), size: 1000 });
@@ -136,6 +154,7 @@ it("measures search latency at each scale point for the old and the new embedder
             const id = zipfTerm(terms);
             counts.set(id, (counts.get(id) ?? 0) + 1);
           }
+          const names = new Set(Array.from({ length: NAME_TERMS }, () => nameId(zipfTerm(terms))));
           chunks.push({
             path,
             chunkId: hex(f * 5 + c + 1),
@@ -143,21 +162,31 @@ it("measures search latency at each scale point for the old and the new embedder
             endLine: c * 20 + 20,
             language: "typescript",
             terms: { ids: Uint32Array.from(counts.keys()), counts: Uint16Array.from(counts.values()) },
+            names: [...names],
           });
         }
       }
       for (const shape of shapes) {
-        const vectored = chunks.map((chunk) => ({ ...chunk, vector: unitVector(shape.vectors, shape.embedder.dims) }));
+        const vectored = chunks.map(({ names, ...chunk }) => ({
+          ...chunk,
+          ...(shape === shapes[1] ? { terms: withNames(chunk.terms, names) } : {}),
+          vector: unitVector(shape.vectors, shape.embedder.dims),
+        }));
         const result = (await shape.stub.commit({ upserts, deletes: [] }, vectored)) as CommitResponse;
         expect(result.applied).toBe(upserts.length);
       }
     }
     const loadMs = Date.now() - started;
     const ask = async (shape: Shape, queryTerms: number[], translated?: ReturnType<typeof translations>) => {
+      const now = shape === shapes[1];
+      const asked = now ? queryTerms.flatMap((t) => [t, nameId(t)]) : queryTerms;
       const t0 = performance.now();
       const answer = (await shape.stub.search({
         vector: unitVector(shape.vectors, shape.embedder.dims),
-        terms: queryTerms,
+        terms: asked,
+        // The new shape's questions weigh their terms (`questionTermWeights`), as the route sends them.
+        ...(now ? { termWeights: asked.map((_, i) => 0.5 + (i % 4) / 4) } : {}),
+        ...(now && translated ? { translatedWeights: translated.map((_, i) => 0.5 + (i % 4) / 4) } : {}),
         topK: 10,
         ...(translated ? { translated } : {}),
       })) as SearchResponse;
