@@ -52,7 +52,7 @@ describe("how much each word of a question says", () => {
     expect(asked.weights).toHaveLength(asked.ids.length);
   });
 
-  it("ranks by the weighted terms in BM25: a term at weight 0 adds nothing, and a heavier term outranks a rarer one", () => {
+  it("ranks by the weighted terms in BM25: a term at weight 0 adds nothing, and the heavier of two equally rare terms ranks its chunk first", () => {
     const hot = index([
       "function drainQueue(queue) { queue.flush() }",
       "function openSocket(host) { return connect(host) }",

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parquetReadObjects } from "hyparquet";
 
@@ -16,28 +16,15 @@ async function parquetText(bytes: Buffer): Promise<Buffer> {
 
 /**
  * A live edge closes SQLite databases while a scan runs, and a closing database checkpoints its
- * `-wal` into the database file and removes the `-wal` and `-shm`. A file gone between the listing
- * and the read is noted, and the scan goes round again (the database file may have been read before
- * the checkpoint); any other error is thrown.
+ * `-wal` into the database file and removes the `-wal` and `-shm`. `read` on a file gone between the
+ * listing and the read gives undefined, and the scan goes round again (the database file may have
+ * been read before the checkpoint); any other error is thrown.
  */
-function gone(error: unknown): boolean {
-  return (error as NodeJS.ErrnoException)?.code === "ENOENT";
-}
-
-function statIfPresent(path: string): Stats | undefined {
+function ifPresent<T>(read: () => T): T | undefined {
   try {
-    return statSync(path);
+    return read();
   } catch (error) {
-    if (gone(error)) return undefined;
-    throw error;
-  }
-}
-
-function readIfPresent(path: string): Buffer | undefined {
-  try {
-    return readFileSync(path);
-  } catch (error) {
-    if (gone(error)) return undefined;
+    if ((error as NodeJS.ErrnoException)?.code === "ENOENT") return undefined;
     throw error;
   }
 }
@@ -62,14 +49,14 @@ export async function scanDirectoryFor(dir: string, needles: string[]): Promise<
   const walk = async (path: string) => {
     for (const name of readdirSync(path)) {
       const child = join(path, name);
-      const stats = statIfPresent(child);
+      const stats = ifPresent(() => statSync(child));
       if (!stats) {
         vanished += 1;
         continue;
       }
       if (stats.isDirectory()) await walk(child);
       else {
-        const bytes = readIfPresent(child);
+        const bytes = ifPresent(() => readFileSync(child));
         if (!bytes) {
           vanished += 1;
           continue;
@@ -98,9 +85,14 @@ export function parquetFilesUnder(dir: string): number {
   const walk = (path: string) => {
     for (const name of readdirSync(path)) {
       const child = join(path, name);
-      const stats = statIfPresent(child);
+      const stats = ifPresent(() => statSync(child));
       if (stats?.isDirectory()) walk(child);
-      else if (stats && readIfPresent(child)?.subarray(0, 4).equals(PARQUET_MAGIC)) n += 1;
+      else if (
+        ifPresent(() => readFileSync(child))
+          ?.subarray(0, 4)
+          .equals(PARQUET_MAGIC)
+      )
+        n += 1;
     }
   };
   walk(dir);
