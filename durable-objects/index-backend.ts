@@ -48,7 +48,7 @@ export interface IndexBackend {
   queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]>;
   /**
    * The best `k` entries by BM25 over keyed term ids, highest first, each term's part weighted by
-   * `weights` where the backend can (`HotIndex.queryTerms`; Turbopuffer weighs its terms alike).
+   * `weights` (1 where absent): `HotIndex.queryTerms`, and Turbopuffer as a sum of weighted BM25 clauses.
    */
   queryTerms(
     terms: readonly number[],

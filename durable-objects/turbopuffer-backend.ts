@@ -180,10 +180,21 @@ export class TurbopufferBackend implements IndexBackend {
     return rows.map((row) => ({ id: row.id, score: 1 - row.$dist }));
   }
 
-  async queryTerms(terms: readonly number[], k: number, filter: BackendFilter): Promise<BackendHit[]> {
-    if (terms.length === 0) return [];
-    const tokens = terms.map(termToken);
-    const rows = await this.#query("queryTerms", k, filter, ["terms", "BM25", tokens]);
+  /**
+   * BM25 over the keyed term tokens. With `weights`, each term's part is multiplied by its weight as
+   * `HotIndex.queryTerms` multiplies it: the terms of one weight are one BM25 clause, and the
+   * clauses are added (`["Sum", [["Product", w, ["terms", "BM25", tokens]], …]]`); a term given
+   * twice counts once, at its first weight, and a term of weight 0 not at all.
+   */
+  async queryTerms(
+    terms: readonly number[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]> {
+    const rankBy = weightedBm25(terms, weights);
+    if (!rankBy) return [];
+    const rows = await this.#query("queryTerms", k, filter, rankBy);
     return rows.map((row) => ({ id: row.id, score: row.$dist }));
   }
 
@@ -195,7 +206,7 @@ export class TurbopufferBackend implements IndexBackend {
     operation: string,
     k: number,
     filter: BackendFilter,
-    rankBy: ["vector", "ANN", number[]] | ["terms", "BM25", string[]],
+    rankBy: ["vector", "ANN", number[]] | TermsRanking,
   ): Promise<Array<{ id: string; $dist: number }>> {
     if (!Number.isInteger(k) || k < 1) return [];
     const filters = toFilters(filter);
@@ -254,6 +265,33 @@ function toFilters({ pathPrefix, language }: BackendFilter): Filter | undefined 
   if (language !== undefined) clauses.push(["language", "Eq", language]);
   if (clauses.length === 0) return undefined;
   return clauses.length === 1 ? clauses[0] : ["And", clauses];
+}
+
+type Bm25Clause = ["terms", "BM25", string[]];
+type TermsRanking = Bm25Clause | ["Product", number, Bm25Clause] | ["Sum", Array<["Product", number, Bm25Clause]>];
+
+/**
+ * The ranking for `terms` at `weights` (1 where absent): one plain BM25 clause when every term
+ * weighs 1, one weighted clause per distinct weight otherwise; undefined when no term counts.
+ */
+export function weightedBm25(terms: readonly number[], weights?: readonly number[]): TermsRanking | undefined {
+  const byWeight = new Map<number, string[]>();
+  const seen = new Set<number>();
+  terms.forEach((term, i) => {
+    if (seen.has(term)) return;
+    seen.add(term);
+    const weight = weights?.[i] ?? 1;
+    if (!Number.isFinite(weight)) throw new TypeError(`Not a finite term weight: ${weight}`);
+    if (weight <= 0) return;
+    const tokens = byWeight.get(weight) ?? [];
+    tokens.push(termToken(term));
+    byWeight.set(weight, tokens);
+  });
+  const clauses = [...byWeight].map(([weight, tokens]) => [weight, ["terms", "BM25", tokens]] as const);
+  if (clauses.length === 0) return undefined;
+  if (clauses.length === 1 && clauses[0]![0] === 1) return clauses[0]![1] as Bm25Clause;
+  const weighted = clauses.map(([w, clause]): ["Product", number, Bm25Clause] => ["Product", w, clause as Bm25Clause]);
+  return weighted.length === 1 ? weighted[0]! : ["Sum", weighted];
 }
 
 /** A keyed term id as the token Turbopuffer indexes: 8 lower-case hex characters. */

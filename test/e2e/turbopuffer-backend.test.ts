@@ -3,8 +3,10 @@ import type { BackendEntry, BackendFilter } from "../../durable-objects/index-ba
 import {
   TurbopufferBackend,
   TurbopufferBackendError,
+  weightedBm25,
   type TurbopufferBackendOptions,
 } from "../../durable-objects/turbopuffer-backend.js";
+import { HotIndex } from "../../durable-objects/hot-index.js";
 import {
   startTurbopufferStandIn,
   type RecordedRequest,
@@ -196,6 +198,110 @@ describe("TurbopufferBackend against the stand-in", () => {
     const columns = (write!.body as { upsert_columns: { terms: string[][] } }).upsert_columns;
     expect(columns.terms).toEqual([["000000ab", "000000ab", "ffffffff"], []]);
     expect((query!.body as { rank_by: unknown }).rank_by).toEqual(["terms", "BM25", ["000000ab", "00000007"]]);
+  });
+
+  it("weighs each term's part as the hot index does, by one weighted BM25 clause per weight", async () => {
+    const index = backend();
+    const requests = recorder(index.namespace);
+    const next = random(6);
+    const [a, b, c, filler] = [0x0a, 0x0b, 0x0c, 0x01];
+    const rows: Array<Array<[number, number]>> = [
+      [
+        [a, 1],
+        [filler, 3],
+      ],
+      [
+        [b, 1],
+        [filler, 3],
+      ],
+      [
+        [a, 1],
+        [c, 2],
+        [filler, 1],
+      ],
+      [
+        [b, 2],
+        [c, 1],
+        [filler, 5],
+      ],
+      [[filler, 2]],
+    ];
+    const entries = rows.map(
+      (pairs, i): BackendEntry => ({
+        id: String(i),
+        path: segment(next),
+        language: "typescript",
+        vector: unitVector(next),
+        terms: terms(pairs),
+      }),
+    );
+    await index.write(entries);
+    const hot = new HotIndex(32);
+    entries.forEach((e, i) =>
+      hot.add({
+        id: i,
+        language: 0,
+        scale: 1,
+        int8: new Int8Array(DIMS),
+        termIds: e.terms.ids,
+        termCounts: e.terms.counts,
+      }),
+    );
+    const asked = [a, b, c];
+    // Unweighted, entries 0 and 1 tie on equally rare terms; b at 3 puts entry 1 (and 3) ahead.
+    const plain = await index.queryTerms(asked, 10, {});
+    const weighted = await index.queryTerms(asked, 10, {}, [1, 3, 0.5]);
+    expect(weighted.map((h) => h.id)).not.toEqual(plain.map((h) => h.id));
+    expect(weighted.findIndex((h) => h.id === "1")).toBeLessThan(weighted.findIndex((h) => h.id === "0"));
+    for (const [got, weights] of [
+      [plain, undefined],
+      [weighted, [1, 3, 0.5]],
+    ] as const) {
+      const expected = hot.queryTerms(asked, 10, {}, weights)!;
+      expect(got.map((h) => h.id)).toEqual(expected.map((h) => String(h.id)));
+      got.forEach((h, i) => expect(h.score).toBeCloseTo(expected[i]!.score, 4));
+    }
+    const rankBy = requests()
+      .slice(1)
+      .map((r) => (r.body as { rank_by: unknown }).rank_by);
+    expect(rankBy).toEqual([
+      ["terms", "BM25", ["0000000a", "0000000b", "0000000c"]],
+      [
+        "Sum",
+        [
+          ["Product", 1, ["terms", "BM25", ["0000000a"]]],
+          ["Product", 3, ["terms", "BM25", ["0000000b"]]],
+          ["Product", 0.5, ["terms", "BM25", ["0000000c"]]],
+        ],
+      ],
+    ]);
+  });
+
+  it("groups terms of one weight, counts a repeated term once at its first weight, and skips weight 0", () => {
+    expect(weightedBm25([1, 2, 3], [1, 1, 1])).toEqual(["terms", "BM25", ["00000001", "00000002", "00000003"]]);
+    expect(weightedBm25([1, 2], [2, 2])).toEqual(["Product", 2, ["terms", "BM25", ["00000001", "00000002"]]]);
+    expect(weightedBm25([1, 2, 1, 3], [2, 0, 4, 2])).toEqual([
+      "Product",
+      2,
+      ["terms", "BM25", ["00000001", "00000003"]],
+    ]);
+    expect(weightedBm25([1, 2, 3], [0.5])).toEqual([
+      "Sum",
+      [
+        ["Product", 0.5, ["terms", "BM25", ["00000001"]]],
+        ["Product", 1, ["terms", "BM25", ["00000002", "00000003"]]],
+      ],
+    ]);
+    expect(weightedBm25([1, 2], [0, 0])).toBeUndefined();
+    expect(weightedBm25([])).toBeUndefined();
+    expect(() => weightedBm25([1], [Number.NaN])).toThrow(/finite/);
+  });
+
+  it("asks nothing when every term weighs 0", async () => {
+    const index = backend();
+    const requests = recorder(index.namespace);
+    expect(await index.queryTerms([1, 2], 5, {}, [0, 0])).toEqual([]);
+    expect(requests()).toEqual([]);
   });
 
   it("remove drops ids, and removing them again or from a namespace never written is not an error", async () => {
@@ -472,6 +578,10 @@ describe("the Turbopuffer stand-in", () => {
       ],
       [{ rank_by: ["vector", "ANN", [1, 0]], top_k: 1, filters: ["owner", "Eq", "x"] }, /unknown attribute owner/],
       [{ rank_by: ["path", "BM25", "q"], top_k: 1 }, /not configured for full-text search/],
+      [{ rank_by: ["Sum", []], top_k: 1 }, /Sum needs at least one operand/],
+      [{ rank_by: ["Sum", [["vector", "ANN", [1, 0]]]], top_k: 1 }, /unsupported rank_by/],
+      [{ rank_by: ["Product", "2", ["path", "BM25", "q"]], top_k: 1 }, /Product needs a finite number/],
+      [{ rank_by: ["Max", [["Product", 2, ["path", "BM25", "q"]]]], top_k: 1 }, /not configured for full-text search/],
       [{ rank_by: ["vector", "ANN", [1, 0]], top_k: 1, include_vectors: true }, /unknown field in query/],
     ];
     for (const [body, error] of queries) {
