@@ -58,8 +58,8 @@ export interface IndexBackend {
   ): Promise<BackendHit[]>;
   /**
    * The best `k` entries by the translation channel over keyed terms (`HotIndex.queryTranslated`),
-   * each word weighted by `weights`, highest first; absent on a backend that cannot rank them
-   * (Turbopuffer ranks BM25 alone).
+   * each word weighted by `weights`, highest first; Turbopuffer, which ranks by BM25 alone, ranks
+   * each word and its heaviest translations by weighted BM25 instead (`translationBm25`).
    */
   queryTranslated?(
     words: readonly TranslatedTerm[],

@@ -8,6 +8,7 @@ import {
   type Namespace,
 } from "@turbopuffer/turbopuffer";
 import { z } from "zod";
+import type { TranslatedTerm } from "./hot-index.js";
 import type { BackendEntry, BackendFilter, BackendHit, IndexBackend, KeyedTerms } from "./index-backend.js";
 
 /**
@@ -198,6 +199,21 @@ export class TurbopufferBackend implements IndexBackend {
     return rows.map((row) => ({ id: row.id, score: row.$dist }));
   }
 
+  /**
+   * The translation channel as Turbopuffer can rank it: BM25 over each question word and its
+   * heaviest translations, weighted (`translationBm25`), in place of the hot index's translation
+   * language model, which Turbopuffer's rankings cannot express.
+   */
+  async queryTranslated(
+    words: readonly TranslatedTerm[],
+    k: number,
+    filter: BackendFilter,
+    weights?: readonly number[],
+  ): Promise<BackendHit[]> {
+    const asked = translationBm25(words, weights);
+    return this.queryTerms(asked.terms, k, filter, asked.weights);
+  }
+
   async destroy(): Promise<void> {
     await this.#call("destroy", () => this.#ns.deleteAll({}, this.#requestOptions), { notFound: undefined });
   }
@@ -292,6 +308,45 @@ export function weightedBm25(terms: readonly number[], weights?: readonly number
   if (clauses.length === 1 && clauses[0]![0] === 1) return clauses[0]![1] as Bm25Clause;
   const weighted = clauses.map(([w, clause]): ["Product", number, Bm25Clause] => ["Product", w, clause as Bm25Clause]);
   return weighted.length === 1 ? weighted[0]! : ["Sum", weighted];
+}
+
+/** Translations of a question word that the BM25 translation channel asks for, heaviest first. */
+export const TRANSLATIONS_ASKED = 16;
+/** Translation weights are rounded to this step, so that a question needs few BM25 clauses. */
+const TRANSLATION_WEIGHT_STEP = 1 / 8;
+
+/**
+ * The translation channel's words as weighted BM25 terms: each word at its weight, and its
+ * `TRANSLATIONS_ASKED` most probable translations at the word's weight times their probability over
+ * the best one's, every weight rounded to 1/8 (a translation rounding to 0 is left out). On the dev
+ * eval (`npm run eval:dev`, "+translation as BM25": the hot index's BM25 standing in for
+ * Turbopuffer's) the three channels so fused scored 1.27x the identifier-split BM25's MRR@10, against
+ * 1.23x for the vector and lexical channels alone and 1.29x with the hot index's translation
+ * language model; 4, 8 or 16 translations, and weights not rounded, scored within 0.01 of it.
+ */
+export function translationBm25(
+  words: readonly TranslatedTerm[],
+  weights?: readonly number[],
+): { terms: number[]; weights: number[] } {
+  const round = (w: number) => Math.round(w / TRANSLATION_WEIGHT_STEP) * TRANSLATION_WEIGHT_STEP;
+  const terms: number[] = [];
+  const termWeights: number[] = [];
+  words.forEach((word, i) => {
+    const weight = weights?.[i] ?? 1;
+    terms.push(word.term);
+    termWeights.push(round(weight));
+    const heaviest = word.alternatives
+      .map((term, j) => ({ term, p: word.probabilities[j] ?? 0 }))
+      .filter((a) => a.p > 0)
+      .sort((a, b) => b.p - a.p)
+      .slice(0, TRANSLATIONS_ASKED);
+    const best = heaviest[0]?.p ?? 1;
+    for (const { term, p } of heaviest) {
+      terms.push(term);
+      termWeights.push(round((weight * p) / best));
+    }
+  });
+  return { terms, weights: termWeights };
 }
 
 /** A keyed term id as the token Turbopuffer indexes: 8 lower-case hex characters. */

@@ -21,6 +21,7 @@ import { TermKey } from "../protocol/keyed-terms.js";
 import { MAX_PATH_TERMS } from "../protocol/sync.js";
 import { translateQuestion, type TranslationTable } from "../protocol/embedder/translation.js";
 import { HotIndex } from "../durable-objects/hot-index.js";
+import { translationBm25 } from "../durable-objects/turbopuffer-backend.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
 import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../protocol/embedder/static.js";
@@ -176,6 +177,8 @@ export interface EdgeScores {
   twoChannels: number;
   /** With the translation channel, at each of its weights tried. */
   threeChannels: Map<number, number>;
+  /** With the translation channel as the Turbopuffer backend ranks it (`translationBm25`), at weight 1. */
+  translationAsBm25: number;
 }
 
 /**
@@ -204,6 +207,7 @@ export function evaluateEdge(
     lexical: [] as (number | null)[],
     translation: [] as (number | null)[],
     two: [] as (number | null)[],
+    asBm25: [] as (number | null)[],
   };
   const three = new Map(translationWeights.map((w) => [w, [] as (number | null)[]]));
   const at = (ids: readonly string[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[Number(i)]!);
@@ -228,6 +232,12 @@ export function evaluateEdge(
     ranks.lexical.push(firstHit(at(byTerms.map((h) => h.id)), query.targets));
     ranks.translation.push(firstHit(at(byTranslation.map((h) => h.id)), query.targets));
     ranks.two.push(firstHit(at(fuseScores(byVector, byTerms).map((h) => h.id)), query.targets));
+    const asBm25 = translationBm25(
+      key.translated(words),
+      words.map((w) => termWeight(w.term)),
+    );
+    const byTranslationBm25 = hits(hot.queryTerms(asBm25.terms, CANDIDATES, {}, asBm25.weights));
+    ranks.asBm25.push(firstHit(at(fuseThree(byVector, byTerms, byTranslationBm25).map((h) => h.id)), query.targets));
     for (const w of translationWeights)
       three
         .get(w)!
@@ -243,6 +253,7 @@ export function evaluateEdge(
     translation: score(ranks.translation).mrrAt10,
     twoChannels: score(ranks.two).mrrAt10,
     threeChannels: new Map([...three].map(([w, r]) => [w, score(r).mrrAt10])),
+    translationAsBm25: score(ranks.asBm25).mrrAt10,
   };
 }
 
@@ -257,6 +268,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     translation: mean((r) => r.translation),
     twoChannels: mean((r) => r.twoChannels),
     threeChannels: new Map(weights.map((w) => [w, mean((r) => r.threeChannels.get(w)!)])),
+    translationAsBm25: mean((r) => r.translationAsBm25),
   };
   const rows = perCodebase.length > 1 ? [...perCodebase, all] : perCodebase;
   const cell = (v: number, base: number) => `${v.toFixed(3)} (${(v / base).toFixed(2)}x)`;
@@ -268,6 +280,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     "translation",
     "vector+lexical",
     ...weights.map((w) => `+translation w=${w}`),
+    "+translation as BM25",
   ];
   const lines = rows.map((r) => [
     r.label,
@@ -277,6 +290,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     cell(r.translation, r.bm25),
     cell(r.twoChannels, r.bm25),
     ...weights.map((w) => cell(r.threeChannels.get(w)!, r.bm25)),
+    cell(r.translationAsBm25, r.bm25),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   return [head, ...lines].map((l) => l.map((c, i) => c.padEnd(widths[i]!)).join("  ")).join("\n");

@@ -3,6 +3,8 @@ import type { BackendEntry, BackendFilter } from "../../durable-objects/index-ba
 import {
   TurbopufferBackend,
   TurbopufferBackendError,
+  TRANSLATIONS_ASKED,
+  translationBm25,
   weightedBm25,
   type TurbopufferBackendOptions,
 } from "../../durable-objects/turbopuffer-backend.js";
@@ -295,6 +297,67 @@ describe("TurbopufferBackend against the stand-in", () => {
     expect(weightedBm25([1, 2], [0, 0])).toBeUndefined();
     expect(weightedBm25([])).toBeUndefined();
     expect(() => weightedBm25([1], [Number.NaN])).toThrow(/finite/);
+  });
+
+  it("ranks the translation channel by weighted BM25 over each word and its heaviest translations", async () => {
+    const words = [
+      // Translations out of order, one of probability 0, and more than are asked for.
+      {
+        term: 100,
+        alternatives: [101, 102, 103, ...Array.from({ length: 20 }, (_, i) => 200 + i)],
+        probabilities: [0.2, 0.4, 0, ...Array.from({ length: 20 }, () => 0.01)],
+      },
+      { term: 300, alternatives: [], probabilities: [] },
+    ];
+    const asked = translationBm25(words, [2, 0.5]);
+    expect(asked.terms.slice(0, 3)).toEqual([100, 102, 101]);
+    expect(asked.weights.slice(0, 3)).toEqual([2, 2, 1]);
+    // The word, then its 16 heaviest translations (103, of probability 0, is not one), then the next word.
+    expect(asked.terms).toHaveLength(1 + TRANSLATIONS_ASKED + 1);
+    expect(asked.terms).not.toContain(103);
+    expect(asked.terms.at(-1)).toBe(300);
+    expect(asked.weights.at(-1)).toBe(0.5);
+    // 2 x 0.01 / 0.4 = 0.05 rounds to 0 at a step of 1/8, so those translations are not asked for.
+    expect(asked.weights.slice(3, -1).every((w) => w === 0)).toBe(true);
+    expect(weightedBm25(asked.terms, asked.weights)).toEqual([
+      "Sum",
+      [
+        ["Product", 2, ["terms", "BM25", ["00000064", "00000066"]]],
+        ["Product", 1, ["terms", "BM25", ["00000065"]]],
+        ["Product", 0.5, ["terms", "BM25", ["0000012c"]]],
+      ],
+    ]);
+    expect(translationBm25(words).weights.slice(0, 3)).toEqual([1, 1, 0.5]);
+
+    // Through the service: a chunk holding only a translation of the word is found, below one
+    // holding the word itself (the translation at half the word's weight: 0.3 against the best 0.6).
+    const index = backend();
+    const next = random(8);
+    const entry = (id: string, pairs: Array<[number, number]>): BackendEntry => ({
+      id,
+      path: segment(next),
+      language: "python",
+      vector: unitVector(next),
+      terms: terms(pairs),
+    });
+    await index.write([
+      entry("word", [
+        [100, 1],
+        [1, 3],
+      ]),
+      entry("translation", [
+        [102, 1],
+        [1, 3],
+      ]),
+      entry("neither", [[1, 4]]),
+    ]);
+    const hits = await index.queryTranslated(
+      [{ term: 100, alternatives: [102, 105], probabilities: [0.3, 0.6] }],
+      10,
+      {},
+      [1],
+    );
+    expect(hits.map((h) => h.id)).toEqual(["word", "translation"]);
   });
 
   it("asks nothing when every term weighs 0", async () => {

@@ -49,12 +49,19 @@ describe("Turbopuffer backend behind the local edge", () => {
 
     const search = async (query: string, extra: string[] = []) =>
       JSON.parse((await cli(["--json", "search", query, dir, ...extra])).stdout) as { path: string }[];
+    const before = tpuf.requests.length;
     expect((await search("calibrate the telescope mount"))[0]!.path).toBe("src/telescope.py");
-    // The question's terms reach Turbopuffer weighted by the built-in model, one BM25 clause per weight.
-    const lexical = tpuf.requests.filter((r) => r.url.endsWith("/query") && JSON.stringify(r.body).includes('"BM25"'));
-    const rankBy = (lexical.at(-1)!.body as { rank_by: unknown[] }).rank_by;
-    expect(rankBy[0]).toBe("Sum");
-    expect(JSON.stringify(rankBy)).toMatch(/\["Product",[0-9.]+,\["terms","BM25",\["[0-9a-f]{8}"/);
+    // Two BM25 rankings reach Turbopuffer: the question's terms, weighted by the built-in model (one
+    // clause per weight), and the translation channel's words with their translations.
+    const lexical = tpuf.requests
+      .slice(before)
+      .filter((r) => r.url.endsWith("/query") && JSON.stringify(r.body).includes('"BM25"'))
+      .map((r) => JSON.stringify((r.body as { rank_by: unknown }).rank_by));
+    expect(lexical).toHaveLength(2);
+    for (const rankBy of lexical)
+      expect(rankBy).toMatch(/^\["Sum",\[\["Product",[0-9.]+,\["terms","BM25",\["[0-9a-f]{8}"/);
+    const tokens = lexical.map((r) => r.match(/"[0-9a-f]{8}"/g)!.length).sort((a, b) => a - b);
+    expect(tokens[1]).toBeGreaterThan(tokens[0]!);
     expect((await search("julian ephemeris epoch", ["--lang", "typescript"])).map((h) => h.path)).toEqual([
       "src/ephemeris.ts",
     ]);
