@@ -5,12 +5,15 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { prebuildEdge } from "./prebuilt-edge.js";
 import { EDGE_LOG_DIR, scanRuntimeLogFiles } from "./runtime-log-scan.js";
 
 const REPORT = ".vitest/results.json";
 /** vitest's own output: the pool's workerd and any Miniflare run inside a test process write there. */
 const OUTPUT = ".vitest/output.log";
+/** The run's prebuilt edge (`SEXTANT_PREBUILT_EDGE`). */
+const PREBUILT_EDGE = ".vitest/edge";
 
 function run(command: string, args: string[]): boolean {
   console.log(`\n$ ${command} ${args.join(" ")}`);
@@ -49,6 +52,25 @@ for (const project of ["tsconfig.json", "tsconfig.node.json"]) {
 mkdirSync(".vitest", { recursive: true });
 rmSync(REPORT, { force: true });
 rmSync(EDGE_LOG_DIR, { recursive: true, force: true });
+
+// Every local edge the tests start runs one bundle, built and migrated here once for the run
+// (scripts/prebuilt-edge.ts), rather than bundling and migrating again at each start; the tests of
+// `npm start` and `npm run dev` themselves start theirs the newcomer's way.
+if (!process.env.SEXTANT_PREBUILT_EDGE) {
+  const dir = resolve(PREBUILT_EDGE);
+  rmSync(dir, { recursive: true, force: true });
+  try {
+    const started = Date.now();
+    await prebuildEdge(dir);
+    process.env.SEXTANT_PREBUILT_EDGE = dir;
+    console.log(
+      `\nThe local edges start from the bundle and migrated state in ${PREBUILT_EDGE} (built in ${((Date.now() - started) / 1000).toFixed(1)} s).`,
+    );
+  } catch (err) {
+    console.log(`\nBuilding the prebuilt edge failed; each local edge bundles its own:\n${String(err)}`);
+    failed++;
+  }
+}
 const vitestOk = await runTee(
   "npx",
   ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${REPORT}`, ...process.argv.slice(2)],

@@ -11,7 +11,7 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CURRENT_WORKER } from "../../scripts/edge.js";
+import { prebuildEdge } from "../../scripts/prebuilt-edge.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const OUT = join(ROOT, ".devbench");
@@ -25,20 +25,7 @@ const sh = (cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env) =
 
 rmSync(OUT, { recursive: true, force: true });
 mkdirSync(EDGE, { recursive: true });
-const noDevVars = { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" };
-sh("npx", ["wrangler", "deploy", "--dry-run", "--outdir", join(EDGE, "worker")], noDevVars);
-const { unstable_getMiniflareWorkerOptions } = await import("wrangler");
-const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
-// Secrets from this machine's .dev.vars stay here: the edge there reads its own.
-const bindings = { ...(workerOptions.bindings as Record<string, unknown>) };
-delete bindings.ADMIN_SECRET;
-// A service binding to this Worker names it with Miniflare's kCurrentWorker symbol, which JSON cannot
-// hold: it travels as CURRENT_WORKER (scripts/edge.ts puts the symbol back).
-const json = JSON.stringify({ ...workerOptions, bindings }, (_key, value) =>
-  typeof value === "symbol" ? (value.description === "miniflare.kCurrentWorker" ? CURRENT_WORKER : undefined) : value,
-);
-writeFileSync(join(EDGE, "worker-options.json"), json);
-sh("npx", ["wrangler", "d1", "migrations", "apply", "DB", "--local", "--persist-to", join(EDGE, "state")], noDevVars);
+await prebuildEdge(EDGE, ROOT);
 // Miniflare reads its own Workers from `${__dirname}/workers`: they travel beside the bundle.
 const requireShim =
   "import { createRequire as __cr } from 'node:module'; import { dirname as __dn } from 'node:path'; " +

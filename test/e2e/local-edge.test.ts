@@ -17,7 +17,8 @@ describe("local edge end to end", () => {
   let cli: (args: string[]) => ReturnType<typeof sextant>;
 
   beforeAll(async () => {
-    edge = await startLocalEdge();
+    // The newcomer's `npm start`: it bundles the Worker and applies the migrations itself.
+    edge = await startLocalEdge({ prebuilt: false });
     cli = (args) => sextant(args, { SEXTANT_CONFIG_DIR: edge.configDir });
   });
   afterAll(async () => {
@@ -114,7 +115,7 @@ describe("local edge end to end", () => {
     const before = Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout));
     await edge.stop();
     const port = Number(new URL(edge.baseURL).port);
-    edge = await startLocalEdge({ port, configDir: edge.configDir, persistTo: edge.persistTo });
+    edge = await startLocalEdge({ port, configDir: edge.configDir, persistTo: edge.persistTo, prebuilt: false });
     expect(edge.output()).toMatch(/^D1 migrations: up to date\.$/m);
     const after = Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout));
     expect(after.key.id).toBe(before.key.id);

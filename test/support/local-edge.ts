@@ -162,6 +162,11 @@ interface LocalEdgeOptions {
   persistTo?: string;
   vars?: Record<string, string>;
   dev?: boolean;
+  /**
+   * false: bundle and migrate as `npm start` does, even when the run has a prebuilt edge
+   * (`SEXTANT_PREBUILT_EDGE`, which `npm test` builds once for all its edges). Under `dev` it is never used.
+   */
+  prebuilt?: boolean;
 }
 
 class PortTaken extends Error {}
@@ -186,7 +191,12 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
     ],
     {
       cwd: ROOT,
-      env: { ...process.env, SEXTANT_CONFIG_DIR: configDir, WRANGLER_SEND_METRICS: "false" },
+      env: {
+        ...process.env,
+        SEXTANT_CONFIG_DIR: configDir,
+        WRANGLER_SEND_METRICS: "false",
+        ...(options.prebuilt === false || options.dev ? { SEXTANT_PREBUILT_EDGE: undefined } : {}),
+      },
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
     },
