@@ -218,24 +218,16 @@ export function evaluateEdge(
     const asked = key.weightedQuestion(query.text, termWeight);
     const byTerms = hits(hot.queryTerms(asked.ids, CANDIDATES, {}, asked.weights));
     const words = translateQuestion(translation, query.text);
-    const byTranslation = hits(
-      hot.queryTranslated(
-        key.translated(words),
-        CANDIDATES,
-        {},
-        words.map((w) => termWeight(w.term)),
-      ),
-    );
+    const keyedWords = key.translated(words);
+    const wordWeights = words.map((w) => termWeight(w.term));
+    const byTranslation = hits(hot.queryTranslated(keyedWords, CANDIDATES, {}, wordWeights));
     ranks.bm25.push(
       firstHit(at(codebase.bm25.search(query.text, CANDIDATES).map((h) => String(h.doc))), query.targets),
     );
     ranks.lexical.push(firstHit(at(byTerms.map((h) => h.id)), query.targets));
     ranks.translation.push(firstHit(at(byTranslation.map((h) => h.id)), query.targets));
     ranks.two.push(firstHit(at(fuseScores(byVector, byTerms).map((h) => h.id)), query.targets));
-    const asBm25 = translationBm25(
-      key.translated(words),
-      words.map((w) => termWeight(w.term)),
-    );
+    const asBm25 = translationBm25(keyedWords, wordWeights);
     const byTranslationBm25 = hits(hot.queryTerms(asBm25.terms, CANDIDATES, {}, asBm25.weights));
     ranks.asBm25.push(firstHit(at(fuseThree(byVector, byTerms, byTranslationBm25).map((h) => h.id)), query.targets));
     for (const w of translationWeights)
