@@ -1,11 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BackendEntry, BackendFilter } from "../../durable-objects/index-backend.js";
 import {
+  MAX_BM25_QUERY_TOKENS,
   TurbopufferBackend,
   TurbopufferBackendError,
   TRANSLATIONS_ASKED,
   translationBm25,
   weightedBm25,
+  withinQueryBudget,
   type TurbopufferBackendOptions,
 } from "../../durable-objects/turbopuffer-backend.js";
 import { HotIndex } from "../../durable-objects/hot-index.js";
@@ -310,15 +312,18 @@ describe("TurbopufferBackend against the stand-in", () => {
       { term: 300, alternatives: [], probabilities: [] },
     ];
     const asked = translationBm25(words, [2, 0.5]);
-    expect(asked.terms.slice(0, 3)).toEqual([100, 102, 101]);
-    expect(asked.weights.slice(0, 3)).toEqual([2, 2, 1]);
-    // The word, then its 16 heaviest translations (103, of probability 0, is not one), then the next word.
-    expect(asked.terms).toHaveLength(1 + TRANSLATIONS_ASKED + 1);
-    expect(asked.terms).not.toContain(103);
-    expect(asked.terms.at(-1)).toBe(300);
-    expect(asked.weights.at(-1)).toBe(0.5);
-    // 2 x 0.01 / 0.4 = 0.05 rounds to 0 at a step of 1/8, so those translations are not asked for.
-    expect(asked.weights.slice(3, -1).every((w) => w === 0)).toBe(true);
+    // The word, then its heaviest translations (103, of probability 0, is not one; 2 x 0.01 / 0.4 =
+    // 0.05 rounds to 0 at a step of 1/8, so those are not asked for), then the next word.
+    expect(asked).toEqual({ terms: [100, 102, 101, 300], weights: [2, 2, 1, 0.5] });
+    // At most 16 translations a word, the most probable first.
+    const many = translationBm25([
+      {
+        term: 1,
+        alternatives: Array.from({ length: 20 }, (_, i) => 10 + i),
+        probabilities: Array.from({ length: 20 }, (_, i) => 1 - i / 40),
+      },
+    ]);
+    expect(many.terms).toEqual([1, ...Array.from({ length: TRANSLATIONS_ASKED }, (_, i) => 10 + i)]);
     expect(weightedBm25(asked.terms, asked.weights)).toEqual([
       "Sum",
       [
@@ -358,6 +363,67 @@ describe("TurbopufferBackend against the stand-in", () => {
       [1],
     );
     expect(hits.map((h) => h.id)).toEqual(["word", "translation"]);
+  });
+
+  it("keeps a question within one full-text query's 1,024 characters, dropping its lightest terms", async () => {
+    expect(MAX_BM25_QUERY_TOKENS).toBe(113);
+    // Under the budget: each term once, at its first weight, weight 0 left out, order kept.
+    expect(withinQueryBudget([5, 6, 5, 7], [1, 0, 3, 2])).toEqual({ terms: [5, 7], weights: [1, 2] });
+    // Over it: the heaviest, the earlier of equal weights, in the question's order.
+    const ids = Array.from({ length: 200 }, (_, i) => i + 1);
+    const weights = ids.map((t) => (t % 2 === 0 ? 2 : 1));
+    const kept = withinQueryBudget(ids, weights);
+    const even = ids.filter((t) => t % 2 === 0);
+    const odd = ids.filter((t) => t % 2 === 1).slice(0, MAX_BM25_QUERY_TOKENS - even.length);
+    expect(kept.terms).toEqual([...even, ...odd].sort((a, b) => a - b));
+    expect(kept.weights).toEqual(kept.terms.map((t) => (t % 2 === 0 ? 2 : 1)));
+
+    // The longest question a search can send: 32 translated words, each with 128 alternatives.
+    const words = Array.from({ length: 32 }, (_, w) => ({
+      term: 1_000_000 + w,
+      alternatives: Array.from({ length: 128 }, (_, a) => w * 1000 + a + 1),
+      probabilities: Array.from({ length: 128 }, (_, a) => 1 / (a + 1)),
+    }));
+    const asked = translationBm25(
+      words,
+      words.map((_, w) => 1 + (w % 3)),
+    );
+    expect(asked.terms).toHaveLength(MAX_BM25_QUERY_TOKENS);
+    // Every word is kept: each weighs at least as much as its translations, and comes before them.
+    for (const word of words) expect(asked.terms).toContain(word.term);
+
+    // The stand-in refuses a longer query, as the service does; the budgeted ones pass.
+    const index = backend();
+    const next = random(9);
+    await index.write([
+      {
+        id: "a",
+        path: segment(next),
+        language: "go",
+        vector: unitVector(next),
+        terms: terms([
+          [1_000_000, 1],
+          [1, 2],
+        ]),
+      },
+    ]);
+    const long = Array.from({ length: 300 }, (_, i) => i + 1);
+    expect(await index.queryTerms(long, 5, {})).toEqual([{ id: "a", score: expect.any(Number) }]);
+    expect((await index.queryTranslated(words, 5, {})).map((h) => h.id)).toEqual(["a"]);
+    const tooLong = await fetch(`${tpuf.url}/v2/namespaces/${index.namespace}/query`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${tpuf.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        rank_by: [
+          "terms",
+          "BM25",
+          long.slice(0, MAX_BM25_QUERY_TOKENS + 1).map((t) => t.toString(16).padStart(8, "0")),
+        ],
+        top_k: 5,
+      }),
+    });
+    expect(tooLong.status).toBe(400);
+    expect(await tooLong.json()).toMatchObject({ error: expect.stringMatching(/1025 characters; the limit is 1024/) });
   });
 
   it("asks nothing when every term weighs 0", async () => {

@@ -62,6 +62,21 @@ describe("Turbopuffer backend behind the local edge", () => {
       expect(rankBy).toMatch(/^\["Sum",\[\["Product",[0-9.]+,\["terms","BM25",\["[0-9a-f]{8}"/);
     const tokens = lexical.map((r) => r.match(/"[0-9a-f]{8}"/g)!.length).sort((a, b) => a - b);
     expect(tokens[1]).toBeGreaterThan(tokens[0]!);
+    // The longest questions fit one full-text query (Turbopuffer refuses one over 1,024 characters,
+    // and so does the stand-in): the lightest of their terms and translations are left out.
+    const common =
+      "return value list string function object array number index key map set get add remove delete update " +
+      "create find filter sort merge split join parse format read write open close start stop first last next " +
+      "previous count size length empty clear copy clone compare equal match replace insert append";
+    const long = `calibrate the telescope mount ${common} ${Array.from({ length: 100 }, (_, i) => `zq${i}x`).join(" ")}`;
+    expect(long.length).toBeLessThanOrEqual(2000);
+    const asked = tpuf.requests.length;
+    expect((await search(long))[0]!.path).toBe("src/telescope.py");
+    const longTokens = tpuf.requests
+      .slice(asked)
+      .filter((r) => r.url.endsWith("/query") && JSON.stringify(r.body).includes('"BM25"'))
+      .map((r) => JSON.stringify((r.body as { rank_by: unknown }).rank_by).match(/"[0-9a-f]{8}"/g)!.length);
+    expect(longTokens).toEqual([113, 113]);
     expect((await search("julian ephemeris epoch", ["--lang", "typescript"])).map((h) => h.path)).toEqual([
       "src/ephemeris.ts",
     ]);

@@ -60,7 +60,14 @@ export function rank(
   }
   // A text ranking: a BM25 clause, or Sum, Max or Product of them. A document that no BM25 clause
   // matches is not returned.
-  const score = textScore(ns, spec);
+  const query = { chars: 0 };
+  const score = textScore(ns, spec, query);
+  // Turbopuffer refuses a full-text query over 1,024 characters. How it counts a pre-tokenized
+  // array is not documented, so the stand-in counts the strictest way: every clause's tokens, joined
+  // by spaces, as one query.
+  if (query.chars > MAX_QUERY_CHARS) {
+    reject(400, `full-text query is ${query.chars} characters; the limit is ${MAX_QUERY_CHARS}`);
+  }
   return docs
     .map((doc) => ({ doc, ...score(doc) }))
     .filter((r) => r.matched)
@@ -70,14 +77,16 @@ export function rank(
 
 type TextScore = (doc: StandInDocument) => { dist: number; matched: boolean };
 
+const MAX_QUERY_CHARS = 1024;
+
 /**
  * `[attr, "BM25", query]`, `["Sum", [expr, …]]`, `["Max", [expr, …]]`, `["Product", weight, expr]`
  * or `["Product", expr, weight]`, checked as Turbopuffer checks them.
  */
-function textScore(ns: Namespace, spec: unknown[]): TextScore {
+function textScore(ns: Namespace, spec: unknown[], query: { chars: number }): TextScore {
   const [head, second, third, params] = spec;
   if ((head === "Sum" || head === "Max") && spec.length === 2) {
-    const parts = array(second, `${head} operands`).map((part) => textScore(ns, array(part, `${head} operand`)));
+    const parts = array(second, `${head} operands`).map((part) => textScore(ns, array(part, `${head} operand`), query));
     if (parts.length === 0) reject(400, `${head} needs at least one operand`);
     return (doc) => {
       const scored = parts.map((part) => part(doc));
@@ -93,7 +102,7 @@ function textScore(ns: Namespace, spec: unknown[]): TextScore {
     if (typeof weight !== "number" || !Number.isFinite(weight)) {
       return reject(400, "Product needs a finite number and a ranking expression");
     }
-    const inner = textScore(ns, array(operand, "Product operand"));
+    const inner = textScore(ns, array(operand, "Product operand"), query);
     return (doc) => {
       const { dist, matched } = inner(doc);
       return { dist: weight * dist, matched };
@@ -121,6 +130,7 @@ function textScore(ns: Namespace, spec: unknown[]): TextScore {
       [...ns.docs.values()].map((d) => tokenize(d.attributes[head])),
     );
     const queryTokens = tokenize(third);
+    query.chars += pre ? (third as string[]).join(" ").length : (third as string).length;
     return (doc) => {
       const dist = score(tokenize(doc.attributes[head]), queryTokens);
       return { dist, matched: dist > 0 };
