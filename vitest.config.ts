@@ -2,6 +2,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    projects: ["./vitest.workers.config.ts", "./vitest.node.config.ts"],
+    // In turn: the Worker's tests, the Node tests two files at a time, then `ALONE`'s one at a time.
+    projects: ["./vitest.workers.config.ts", "./vitest.node.config.ts", "./vitest.node-alone.config.ts"],
   },
 });

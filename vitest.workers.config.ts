@@ -87,6 +87,7 @@ export default defineConfig(async () => {
     test: {
       name: "worker",
       include: ["test/worker/**/*.test.ts"],
+      sequence: { groupOrder: 0 },
       setupFiles: ["./test/worker/setup.ts"],
     },
   };
