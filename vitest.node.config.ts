@@ -2,11 +2,11 @@ import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 
 /**
- * Files that run after the rest, one at a time: the benchmarks' smoke runs (they load the machine
- * themselves, and their figures mean most on a machine that does nothing else), and the lake's
- * end-to-end test (it once waited past its 240 s for its events while it shared the machine with them).
+ * Files that run after the rest, one at a time: the benchmarks' smoke runs, which load the machine
+ * themselves (edges, sandboxes, floods of requests) and whose figures mean most on a machine doing
+ * nothing else.
  */
-export const ALONE = ["test/e2e/bench-smoke.test.ts", "test/e2e/lake.test.ts"];
+export const ALONE = ["test/e2e/bench-smoke.test.ts"];
 
 /** The client SDK and CLI in Node, and end-to-end runs against a real local edge. */
 export function nodeProject(

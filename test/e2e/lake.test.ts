@@ -64,7 +64,15 @@ describe("the lake", { timeout: 600_000 }, () => {
       if (await check()) return;
       await new Promise((r) => setTimeout(r, 500));
     }
-    throw new Error(`timed out waiting for ${what}`);
+    // What the edge said meanwhile: the queue's batches (Miniflare logs one line as each ends) and
+    // the consumer's warnings, to tell a batch never delivered from one that never ended.
+    const said = suite.edge
+      .output()
+      .split("\n")
+      .filter((line) => /QUEUE|lake|warn|error/i.test(line))
+      .slice(-40)
+      .join("\n");
+    throw new Error(`timed out waiting for ${what}; the edge's queue and lake lines:\n${said}`);
   }
 
   it("joins a tab session's events to the edge's record of each request", async () => {

@@ -37,6 +37,9 @@ let batches = 0;
 
 const backoff = (attempts: number) => Math.min(60, 2 ** attempts);
 
+/** How long a partition write may go unanswered before the log says so. */
+const SLOW_WRITE_MS = 20_000;
+
 /** Where a message that can never be written is kept, for an operator to read or replay. */
 async function keepDeadLetter(env: Env, message: Message<unknown>, queue: string): Promise<void> {
   const day = message.timestamp.toISOString().slice(0, 10);
@@ -89,6 +92,22 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
   const run = async () => {
     for (let next = work.shift(); next; next = work.shift()) {
       const [name, group] = next;
+      // A write still unanswered after a while is said in the log (the batch waits for it, and the
+      // queue delivers nothing more from this consumer until the batch ends).
+      const started = Date.now();
+      const slow = setTimeout(
+        () =>
+          console.error(
+            JSON.stringify({
+              level: "warn",
+              message: "lake partition write slow",
+              partition: name,
+              rows: group.rows.length,
+              waitedMs: Date.now() - started,
+            }),
+          ),
+        SLOW_WRITE_MS,
+      );
       try {
         const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(name));
         await stub.append(group.partition, group.rows);
@@ -102,6 +121,8 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
             error: String(err),
           }),
         );
+      } finally {
+        clearTimeout(slow);
       }
     }
   };
