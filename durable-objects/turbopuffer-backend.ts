@@ -363,8 +363,8 @@ const TRANSLATION_WEIGHT_STEP = 1 / 8;
  * eval (`npm run eval:dev`, "+translation as BM25": the hot index's BM25 standing in for
  * Turbopuffer's) the three channels so fused scored 1.28x the identifier-split BM25's MRR@10, against
  * 1.23x for the vector and lexical channels alone and 1.29x with the hot index's translation
- * language model. Measured once offline beside it, not by a committed command: 4, 8 or 16
- * translations with weights not rounded scored 1.26x to 1.27x.
+ * language model. Measured once offline beside it, before the budget and not by a committed command:
+ * 4, 8 or 16 translations with weights not rounded scored 1.26x to 1.27x.
  */
 export function translationBm25(
   words: readonly TranslatedTerm[],

@@ -389,7 +389,7 @@ describe("TurbopufferBackend against the stand-in", () => {
       words.map((_, w) => 1 + (w % 3)),
     );
     expect(asked.terms).toHaveLength(MAX_BM25_QUERY_TOKENS);
-    // Every word is kept: each weighs at least as much as its translations, and comes before them.
+    // Here every word is kept: none weighs less than 1, and the budget runs out among lighter translations.
     for (const word of words) expect(asked.terms).toContain(word.term);
 
     // The stand-in refuses a longer query, as the service does; the budgeted ones pass.

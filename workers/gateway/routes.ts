@@ -18,7 +18,6 @@ import { tokenReserve } from "../../protocol/limits.js";
 import { meter } from "./metering.js";
 import { proxy, type Finish, type Trace } from "./proxy.js";
 import { record } from "../lake/records.js";
-import { requestTail } from "../later.js";
 import { fromChatCompletion, ResponsesRequest, toChatRequest } from "./responses.js";
 import { responsesStream } from "./responses-stream.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
@@ -137,9 +136,6 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
   const session = c.req.header(SESSION_HEADER);
   const leaveSession = cls === "tab" && session ? supersede(`${key.id}\0${session}`, controller) : () => {};
   const waitUntil = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
-  // `finish` runs when the response ends, which for a stream is after the handler returned: what it
-  // starts (the meter's and the lake's flushes) goes to a tail this request holds open until then.
-  const tail = requestTail(waitUntil);
 
   const stream = surface !== "embeddings" && body.stream === true;
   const finish = (result: Finish, trace: Trace) => {
@@ -150,7 +146,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     clientSignal.removeEventListener("abort", onClientAbort);
     const { promptTokens, completionTokens } = result.usage;
     if (promptTokens > 0 || completionTokens > 0)
-      meter(c.env, tail.waitUntil, {
+      meter(c.env, waitUntil, {
         orgId: org.id,
         userId: user.id,
         keyId: key.id,
@@ -162,7 +158,7 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
     const now = Date.now();
     // The pool's own entry: an endpoint several pools share serves each its own model.
     const endpoint = result.endpoint ? pool.endpoints.find((e) => e.id === result.endpoint) : undefined;
-    record(c.env, tail.waitUntil, "edge_requests", {
+    record(c.env, waitUntil, "edge_requests", {
       request_id: c.get("requestId"),
       at: now,
       started_at: trace.startedAt,
@@ -187,45 +183,37 @@ async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string,
       hedged: trace.hedged,
       outcome: result.outcome,
     });
-    tail.close();
   };
 
   /** What went wrong with the backends, for operators: ids, reasons and counts, never a prompt or an answer. */
   const log = (message: string, fields: Record<string, unknown>) =>
     console.error(JSON.stringify({ level: "warn", message, requestId: c.get("requestId"), ...fields }));
 
-  let response: Response;
-  try {
-    response = await proxy({
-      gateway,
-      balancer,
-      pool,
-      surface,
-      body,
-      publicModel: body.model,
-      stream,
-      includeUsage: Boolean((body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage),
-      cls,
-      // `request.cf` is decoded on every read: only a pool spread over places needs it.
-      from: pool.spread ? location(c, gateway.config.defaultLocation) : gateway.config.defaultLocation,
-      signal: controller.signal,
-      cancel: (reason) => controller.abort(reason),
-      secrets: c.env as unknown as Record<string, string | undefined>,
-      requestId: c.get("requestId"),
-      finish,
-      waitUntil,
-      capacityShare: ramp.capacityShare,
-      eject: (id, until, reason) => {
-        log("endpoint ejected", { endpoint: id, until: new Date(until).toISOString(), reason });
-        reportEjection(c.env, id, until, waitUntil);
-      },
-      log,
-    });
-  } catch (err) {
-    // A request that failed before its response began may never reach `finish`.
-    tail.close();
-    throw err;
-  }
+  const response = await proxy({
+    gateway,
+    balancer,
+    pool,
+    surface,
+    body,
+    publicModel: body.model,
+    stream,
+    includeUsage: Boolean((body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage),
+    cls,
+    // `request.cf` is decoded on every read: only a pool spread over places needs it.
+    from: pool.spread ? location(c, gateway.config.defaultLocation) : gateway.config.defaultLocation,
+    signal: controller.signal,
+    cancel: (reason) => controller.abort(reason),
+    secrets: c.env as unknown as Record<string, string | undefined>,
+    requestId: c.get("requestId"),
+    finish,
+    waitUntil,
+    capacityShare: ramp.capacityShare,
+    eject: (id, until, reason) => {
+      log("endpoint ejected", { endpoint: id, until: new Date(until).toISOString(), reason });
+      reportEjection(c.env, id, until, waitUntil);
+    },
+    log,
+  });
   for (const [name, value] of Object.entries(limits.headers)) response.headers.set(name, value);
   return response;
 }
