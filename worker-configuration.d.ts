@@ -19,6 +19,7 @@ declare namespace Cloudflare {
 		INDEX_BACKEND: "r2";
 		LAKE_COMPACT_DELAY_SECONDS: "600";
 		LAKE_RETENTION_DAYS: "90";
+		LAKE_WRITE_TIMEOUT_SECONDS: "60";
 		ADMIN_SECRET: string;
 		WORKSPACE: DurableObjectNamespace<import("./workers/index").Workspace>;
 		GATEWAY_HEALTH: DurableObjectNamespace<import("./workers/index").GatewayHealth>;

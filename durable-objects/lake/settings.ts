@@ -14,6 +14,15 @@ export function faultEvery(env: LakeFaults): number {
   return Number.isInteger(every) && every >= 2 ? every : 0;
 }
 
+/**
+ * How long the records' consumer waits for a partition's write before it gives up on it and has the
+ * write's messages delivered again (`LAKE_WRITE_TIMEOUT_SECONDS`, default 60).
+ */
+export function writeTimeoutMs(env: { LAKE_WRITE_TIMEOUT_SECONDS?: string }): number {
+  const seconds = Number(env.LAKE_WRITE_TIMEOUT_SECONDS ?? 60);
+  return (Number.isFinite(seconds) && seconds > 0 ? seconds : 60) * 1000;
+}
+
 const DAY_MS = 86_400_000;
 
 /** How long a partition is kept after its hour ends (`LAKE_RETENTION_DAYS`, default 90 days). */

@@ -4,6 +4,7 @@ import {
   env,
   getQueueResult,
   runDurableObjectAlarm,
+  runInDurableObject,
 } from "cloudflare:test";
 import { parquetReadObjects } from "hyparquet";
 import { describe, expect, it } from "vitest";
@@ -264,6 +265,47 @@ describe("the records queue's consumer", () => {
     expect(await kept?.json()).toMatchObject({ queue: "sextant-records", id: "msg-bogus", body: { table: "secrets" } });
     // A row without a time has no partition: its message is kept whole, not written in part.
     expect(await env.LAKE.head(`dead-letter/day=${day}/msg-timeless.json`)).not.toBeNull();
+  });
+
+  it("stops waiting for a partition that does not answer and has its messages delivered again; the late write and the retry land once", async () => {
+    const at = Date.now() - 15 * 3_600_000;
+    const row = { event_id: "evt-consumer-late", type: "tab.ignored", at, org_id: "org_late", received_at: at };
+    const other = { ...row, event_id: "evt-consumer-other", at: at - 3_600_000 };
+    const body = (r: typeof row) => ({ v: 1, table: "editor_events", rows: [r] });
+    // The first partition's object is kept busy until the test puts `gate` in the lake's bucket: its
+    // appends wait behind that work, as behind a write that hangs.
+    const gate = `test-gates/${crypto.randomUUID()}`;
+    const name = partitionName(partitionOf("editor_events", at));
+    const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(name));
+    await runInDurableObject(stub, (object) => {
+      const held = object as unknown as { serial(work: () => Promise<void>): Promise<void>; env: Env };
+      void held.serial(async () => {
+        while (!(await held.env.LAKE.head(gate))) await scheduler.wait(20);
+      });
+    });
+    const impatient = { ...env, LAKE_WRITE_TIMEOUT_SECONDS: "0.2" } as unknown as Env;
+    const batch = createMessageBatch("sextant-records", [
+      message("msg-late", body(row)),
+      message("msg-other", body(other)),
+    ]);
+    const ctx = createExecutionContext();
+    await worker.queue(batch, impatient);
+    const result = await getQueueResult(batch, ctx);
+    // The other partition's message is not held up by the one that hangs.
+    expect(result.explicitAcks).toEqual(["msg-other"]);
+    expect(result.retryMessages.map((m: { msgId: string }) => m.msgId)).toEqual(["msg-late"]);
+    expect((await partition("editor_events", other.at))?.rows).toBe(1);
+
+    // The write it stopped waiting for commits once the object is free; the redelivery finds its row seen.
+    await env.LAKE.put(gate, "open");
+    expect((await rowsReach(at, 1)).rows).toBe(1);
+    const again = createMessageBatch("sextant-records", [{ ...message("msg-late", body(row)), attempts: 2 }]);
+    const againCtx = createExecutionContext();
+    await worker.queue(again, impatient);
+    expect((await getQueueResult(again, againCtx)).explicitAcks).toEqual(["msg-late"]);
+    const manifest = (await partition("editor_events", at))!;
+    expect(manifest.rows).toBe(1);
+    expect((await lakeRows(manifest)).map((r) => r.event_id)).toEqual(["evt-consumer-late"]);
   });
 
   it("keeps what the dead-letter queue delivers, and acknowledges it", async () => {

@@ -13,7 +13,7 @@ import {
   type LakeRow,
   type Partition,
 } from "../../protocol/lake.js";
-import { faultEvery, type LakeFaults } from "../../durable-objects/lake/settings.js";
+import { faultEvery, writeTimeoutMs, type LakeFaults } from "../../durable-objects/lake/settings.js";
 
 /** Partitions written at once from one batch. */
 const PARALLEL_PARTITIONS = 6;
@@ -37,8 +37,12 @@ let batches = 0;
 
 const backoff = (attempts: number) => Math.min(60, 2 ** attempts);
 
-/** How long a partition write may go unanswered before the log says so. */
-const SLOW_WRITE_MS = 20_000;
+/** A partition write the consumer stopped waiting for. */
+class WriteTimedOut extends Error {
+  constructor(readonly waitedMs: number) {
+    super(`no answer after ${waitedMs} ms`);
+  }
+}
 
 /** Where a message that can never be written is kept, for an operator to read or replay. */
 async function keepDeadLetter(env: Env, message: Message<unknown>, queue: string): Promise<void> {
@@ -89,40 +93,34 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
 
   const failed = new Set<string>();
   const work = [...groups.entries()];
+  const timeoutMs = writeTimeoutMs(env);
   const run = async () => {
     for (let next = work.shift(); next; next = work.shift()) {
       const [name, group] = next;
-      // A write still unanswered after a while is said in the log (the batch waits for it, and the
-      // queue delivers nothing more from this consumer until the batch ends).
-      const started = Date.now();
-      const slow = setTimeout(
-        () =>
-          console.error(
-            JSON.stringify({
-              level: "warn",
-              message: "lake partition write slow",
-              partition: name,
-              rows: group.rows.length,
-              waitedMs: Date.now() - started,
-            }),
-          ),
-        SLOW_WRITE_MS,
-      );
+      // A write that does not answer in time is given up on and its messages delivered again: one
+      // partition that hangs must not hold up every other (the queue delivers nothing more from this
+      // consumer until the batch ends). A write given up on may still commit; the partition drops
+      // the retry's rows it has seen, so they land once either way.
+      let timer: ReturnType<typeof setTimeout> | null = null;
+      const timedOut = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new WriteTimedOut(timeoutMs)), timeoutMs);
+      });
       try {
         const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(name));
-        await stub.append(group.partition, group.rows);
+        await Promise.race([stub.append(group.partition, group.rows), timedOut]);
       } catch (err) {
         failed.add(name);
         console.error(
           JSON.stringify({
             level: "warn",
-            message: "lake partition write failed",
+            message: err instanceof WriteTimedOut ? "lake partition write timed out" : "lake partition write failed",
             partition: name,
+            rows: group.rows.length,
             error: String(err),
           }),
         );
       } finally {
-        clearTimeout(slow);
+        clearTimeout(timer);
       }
     }
   };
