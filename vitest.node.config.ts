@@ -4,12 +4,10 @@ import { defineConfig } from "vitest/config";
 /**
  * Files that run after the rest, one at a time: the benchmarks' smoke runs, which load the machine
  * themselves (edges, sandboxes, floods of requests) and whose figures mean most on a machine doing
- * nothing else; the agent budgets' property test, whose sandbox time includes how long a command
- * takes to be killed at its budget (250 ms of margin, which a machine three times oversubscribed
- * once overran); and the lake's end-to-end test (README, "Development": its queue has stalled in
+ * nothing else; and the lake's end-to-end test (README, "Development": its queue has stalled in
  * two full runs, and running beside another file is one way those runs differed from its own).
  */
-export const ALONE = ["test/e2e/bench-smoke.test.ts", "test/e2e/agent-budgets.test.ts", "test/e2e/lake.test.ts"];
+export const ALONE = ["test/e2e/bench-smoke.test.ts", "test/e2e/lake.test.ts"];
 
 /** The client SDK and CLI in Node, and end-to-end runs against a real local edge. */
 export function nodeProject(

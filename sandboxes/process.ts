@@ -13,6 +13,10 @@ export interface RunResult {
   stderr: string;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
+  /**
+   * How long the command ran, from its start until it exited or was killed, and never more than its
+   * timeout: a command is charged at most the time it was given, however long its kill took.
+   */
   durationMs: number;
 }
 
@@ -157,6 +161,7 @@ export function runCapped(spec: SpawnSpec, options: RunCappedOptions): Promise<R
       reject(err);
     });
     child.on("exit", async (code, signal) => {
+      const ranMs = performance.now() - started;
       clearTimeout(timer);
       options.signal?.removeEventListener("abort", onAbort);
       // What the command left running in its group goes with it.
@@ -174,7 +179,7 @@ export function runCapped(spec: SpawnSpec, options: RunCappedOptions): Promise<R
         stderr: stderr.text(),
         stdoutTruncated: stdout.truncated,
         stderrTruncated: stderr.truncated,
-        durationMs: Math.round(performance.now() - started),
+        durationMs: Math.min(Math.round(ranMs), options.timeoutMs),
       });
     });
   });

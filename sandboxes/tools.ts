@@ -242,9 +242,15 @@ async function runTerminal(ctx: ToolContext, a: { command: string; timeoutMs: nu
 /** `file(line,col): error TSxxxx: message`, as `tsc --pretty false` prints a diagnostic. */
 const TSC_LINE = /^(.+?)\((\d+),(\d+)\): (error|warning) (TS\d+): (.*)$/;
 
+/** Under this much of read_lints' timeout left, a linter is not started. */
+const MIN_LINT_MS = 100;
+
+/** A linter read_lints had no time left to run: reported as timed out, with no exit code. */
+const notRun = (name: string) => ({ name, exitCode: null, timedOut: true });
+
 async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: number }) {
   const has = (p: string) => existsSync(join(ctx.tree, p));
-  const linters: { name: string; exitCode: number | null }[] = [];
+  const linters: { name: string; exitCode: number | null; timedOut: boolean }[] = [];
   const diagnostics: {
     path: string;
     line: number;
@@ -253,11 +259,16 @@ async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: nu
     message: string;
     source: string;
   }[] = [];
-  const run = (command: string) => runTerminal(ctx, { command, timeoutMs: a.timeoutMs ?? ctx.limits.commandTimeoutMs });
+  // The linters share the call's timeout: the second is given what the first left of it.
+  const until = performance.now() + Math.min(a.timeoutMs ?? ctx.limits.commandTimeoutMs, ctx.limits.commandTimeoutMs);
+  const run = (command: string) => {
+    const left = Math.floor(until - performance.now());
+    return left < MIN_LINT_MS ? undefined : runTerminal(ctx, { command, timeoutMs: left });
+  };
   if (has("tsconfig.json") && has("node_modules/.bin/tsc")) {
     const r = await run("node_modules/.bin/tsc --noEmit --pretty false");
-    linters.push({ name: "tsc", exitCode: r.exitCode });
-    for (const line of r.stdout.split("\n")) {
+    linters.push(r ? { name: "tsc", exitCode: r.exitCode, timedOut: r.timedOut } : notRun("tsc"));
+    for (const line of (r?.stdout ?? "").split("\n")) {
       const m = TSC_LINE.exec(line.trim());
       if (m)
         diagnostics.push({ path: m[1]!, line: +m[2]!, column: +m[3]!, severity: m[4]!, message: m[6]!, source: m[5]! });
@@ -267,9 +278,9 @@ async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: nu
   if (eslintConfig.some(has) && has("node_modules/.bin/eslint")) {
     const targets = (a.paths ?? ["."]).map((p) => `'${p.replace(/'/g, "'\\''")}'`).join(" ");
     const r = await run(`node_modules/.bin/eslint -f json ${targets}`);
-    linters.push({ name: "eslint", exitCode: r.exitCode });
+    linters.push(r ? { name: "eslint", exitCode: r.exitCode, timedOut: r.timedOut } : notRun("eslint"));
     try {
-      for (const file of JSON.parse(r.stdout) as { filePath: string; messages: Record<string, unknown>[] }[])
+      for (const file of JSON.parse(r?.stdout ?? "") as { filePath: string; messages: Record<string, unknown>[] }[])
         for (const m of file.messages)
           diagnostics.push({
             path: relative(ctx.driver.workdir(ctx.tree), file.filePath),
@@ -280,7 +291,7 @@ async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: nu
             source: String(m.ruleId ?? "eslint"),
           });
     } catch {
-      // eslint failed before it could report: its exit code says so.
+      // eslint failed (or had no time to run) before it could report: its entry says so.
     }
   }
   const wanted = a.paths && new Set(a.paths);

@@ -75,7 +75,8 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
           };
         else {
           outcome = await host.sandbox(state.id).call(call.row.id, call.name, { ...args, timeoutMs });
-          commandSeconds += (outcome.durationMs ?? timeoutMs) / 1000;
+          // Charged as the sandbox charges it: at most the time the command was given.
+          commandSeconds += Math.min(outcome.durationMs ?? timeoutMs, timeoutMs) / 1000;
         }
       } else if (call.name === "codebase_search")
         outcome = await codebaseSearch(host, state, call.row.id, checked.args);
@@ -133,8 +134,9 @@ async function codebaseSearch(host: LoopHost, state: TaskState, callId: string, 
 type Outcome = { ok: boolean; result?: unknown; error?: unknown; replayed?: boolean; durationMs?: number };
 
 /**
- * Past this, a command killed at its timeout has surely stopped: a command is given the sandbox
- * budget's remainder less this, so the budget is never passed.
+ * A command is given the sandbox budget's remainder less this, and is charged at most what it was
+ * given, however long its kill takes; so the budget is never passed, counts rounded to the
+ * millisecond included.
  */
 const COMMAND_KILL_MARGIN_MS = 250;
 

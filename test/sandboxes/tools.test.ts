@@ -206,9 +206,14 @@ describe("run_terminal", () => {
     expect(Buffer.byteLength(r.stderr)).toBeLessThanOrEqual(4096);
   });
 
-  it("kills a command at its timeout", async () => {
+  it("kills a command at its timeout, and charges it no more than its timeout", async () => {
+    const before = (await host.request("GET", `/v1/sandboxes/${ID}`)).body.commandSeconds as number;
     const r = await result("run_terminal", { command: "sleep 30", timeoutMs: 200 });
     expect(r).toMatchObject({ timedOut: true, signal: "SIGKILL", exitCode: null });
+    // The kill itself takes time after the timeout fires; the command is not charged for it.
+    expect(r.durationMs).toBeLessThanOrEqual(200);
+    const after = (await host.request("GET", `/v1/sandboxes/${ID}`)).body.commandSeconds as number;
+    expect(after - before).toBeLessThanOrEqual(0.2 + 1e-9);
   });
 });
 
@@ -245,8 +250,8 @@ describe("read_lints", () => {
     const r = await host.call("lints-sandbox", callId(), "read_lints", {});
     expect(r.ok).toBe(true);
     expect(r.result.linters).toEqual([
-      { name: "tsc", exitCode: 2 },
-      { name: "eslint", exitCode: 1 },
+      { name: "tsc", exitCode: 2, timedOut: false },
+      { name: "eslint", exitCode: 1, timedOut: false },
     ]);
     expect(r.result.diagnostics).toEqual([
       {
@@ -261,5 +266,31 @@ describe("read_lints", () => {
     ]);
     const args = await host.call("lints-sandbox", callId(), "read_file", { path: "tsc-args.txt" });
     expect(args.result.content).toBe("--noEmit --pretty false\n");
+  });
+
+  it("gives its linters one timeout between them, not one each", async () => {
+    await host.create("slow-lints-sandbox");
+    await host.upload(
+      "slow-lints-sandbox",
+      {
+        "tsconfig.json": "{}",
+        "eslint.config.js": "export default [];",
+        "node_modules/.bin/tsc": "#!/bin/sh\nsleep 30\n",
+        "node_modules/.bin/eslint": "#!/bin/sh\necho '[]'\n",
+      },
+      ["node_modules/.bin/tsc", "node_modules/.bin/eslint"],
+    );
+    const r = await host.call("slow-lints-sandbox", callId(), "read_lints", { timeoutMs: 300 });
+    expect(r.ok).toBe(true);
+    // tsc used the whole timeout, so eslint was not started.
+    expect(r.result).toEqual({
+      linters: [
+        { name: "tsc", exitCode: null, timedOut: true },
+        { name: "eslint", exitCode: null, timedOut: true },
+      ],
+      diagnostics: [],
+    });
+    const info = await host.request("GET", "/v1/sandboxes/slow-lints-sandbox");
+    expect(info.body.commandSeconds).toBeLessThanOrEqual(0.3);
   });
 });
