@@ -25,6 +25,7 @@ import { translationBm25 } from "../durable-objects/turbopuffer-backend.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
 import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../protocol/embedder/static.js";
+import { definitionPieces } from "../protocol/embedder/names.js";
 
 export interface DevChunk {
   path: string;
@@ -108,20 +109,25 @@ export interface DevScores {
   fused: Map<number, number>;
 }
 
-/** The chunks' best `CANDIDATES` by cosine with the question, as the vector channel ranks them. */
+/**
+ * The chunks' best `CANDIDATES` by cosine with the question, as the vector channel ranks them; with
+ * `pieces`, a chunk scores the best of its own vector's and its definition pieces' (`definitionPieces`).
+ */
 function byCosine(
   model: StaticModel,
   vectors: readonly Float32Array[],
   question: string,
   tokenizer: ModelTokenizer,
+  pieces?: readonly (readonly Float32Array[])[],
 ): ChannelHit[] {
   const q = embedStatic(model, question, "query", tokenizer);
+  const cosine = (v: Float32Array) => {
+    let dot = 0;
+    for (let d = 0; d < model.dims; d++) dot += v[d]! * q[d]!;
+    return dot;
+  };
   return vectors
-    .map((v, i) => {
-      let dot = 0;
-      for (let d = 0; d < model.dims; d++) dot += v[d]! * q[d]!;
-      return { id: String(i), score: dot };
-    })
+    .map((v, i) => ({ id: String(i), score: Math.max(cosine(v), ...(pieces?.[i] ?? []).map(cosine)) }))
     .sort((a, b) => b.score - a.score || Number(a.id) - Number(b.id))
     .slice(0, CANDIDATES);
 }
@@ -179,6 +185,11 @@ export interface EdgeScores {
   threeChannels: Map<number, number>;
   /** With the translation channel as the Turbopuffer backend ranks it (`translationBm25`), at weight 1. */
   translationAsBm25: number;
+  /**
+   * All three channels at weight 1, a chunk's cosine the best of its own vector's and its definition
+   * pieces' (`definitionPieces`, at most 4): each definition's words kept apart in a vector of its own.
+   */
+  pieces: number;
 }
 
 /**
@@ -197,6 +208,9 @@ export function evaluateEdge(
   const hot = new HotIndex(32);
   const tokenizer = new ModelTokenizer();
   const vectors = codebase.chunks.map((c) => embedStatic(model, c.text, "document", tokenizer));
+  const pieceVectors = codebase.chunks.map((c) =>
+    definitionPieces(c.text).map((p) => embedStatic(model, p, "document", tokenizer)),
+  );
   const termWeight = questionTermWeights(model);
   codebase.chunks.forEach((c, id) => {
     const terms = TermKey.withExtra(key.chunk(c.text), key.query(c.path).slice(0, MAX_PATH_TERMS));
@@ -208,6 +222,7 @@ export function evaluateEdge(
     translation: [] as (number | null)[],
     two: [] as (number | null)[],
     asBm25: [] as (number | null)[],
+    pieces: [] as (number | null)[],
   };
   const three = new Map(translationWeights.map((w) => [w, [] as (number | null)[]]));
   const at = (ids: readonly string[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[Number(i)]!);
@@ -230,6 +245,8 @@ export function evaluateEdge(
     const asBm25 = translationBm25(keyedWords, wordWeights);
     const byTranslationBm25 = hits(hot.queryTerms(asBm25.terms, CANDIDATES, {}, asBm25.weights));
     ranks.asBm25.push(firstHit(at(fuseThree(byVector, byTerms, byTranslationBm25).map((h) => h.id)), query.targets));
+    const byPieces = byCosine(model, vectors, query.text, tokenizer, pieceVectors);
+    ranks.pieces.push(firstHit(at(fuseThree(byPieces, byTerms, byTranslation).map((h) => h.id)), query.targets));
     for (const w of translationWeights)
       three
         .get(w)!
@@ -246,6 +263,7 @@ export function evaluateEdge(
     twoChannels: score(ranks.two).mrrAt10,
     threeChannels: new Map([...three].map(([w, r]) => [w, score(r).mrrAt10])),
     translationAsBm25: score(ranks.asBm25).mrrAt10,
+    pieces: score(ranks.pieces).mrrAt10,
   };
 }
 
@@ -261,6 +279,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     twoChannels: mean((r) => r.twoChannels),
     threeChannels: new Map(weights.map((w) => [w, mean((r) => r.threeChannels.get(w)!)])),
     translationAsBm25: mean((r) => r.translationAsBm25),
+    pieces: mean((r) => r.pieces),
   };
   const rows = perCodebase.length > 1 ? [...perCodebase, all] : perCodebase;
   const cell = (v: number, base: number) => `${v.toFixed(3)} (${(v / base).toFixed(2)}x)`;
@@ -273,6 +292,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     "vector+lexical",
     ...weights.map((w) => `+translation w=${w}`),
     "+translation as BM25",
+    "+definition pieces",
   ];
   const lines = rows.map((r) => [
     r.label,
@@ -283,6 +303,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     cell(r.twoChannels, r.bm25),
     ...weights.map((w) => cell(r.threeChannels.get(w)!, r.bm25)),
     cell(r.translationAsBm25, r.bm25),
+    cell(r.pieces, r.bm25),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   return [head, ...lines].map((l) => l.map((c, i) => c.padEnd(widths[i]!)).join("  ")).join("\n");

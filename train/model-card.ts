@@ -114,7 +114,8 @@ ${input.translation.entries.toLocaleString("en")} entries, trained in ${Math.rou
 
 The dev eval ranked as the edge ranks it (\`evaluateEdge\`, \`train/dev-eval.ts\`): the Workspace
 object's own index over keyed terms, its BM25 ("lexical"), the translation channel alone, the vector
-and lexical channels fused as without the table, and all three fused (\`fuseThree\`). These are the figures of the
+and lexical channels fused as without the table, all three fused (\`fuseThree\`), and all three with each chunk's
+cosine the best of its own vector's and its definition pieces' (\`definitionPieces\`). These are the figures of the
 training run, ranked as the edge ranked when it ran; \`npm run eval:dev\` prints the same table for the
 edge's ranking at any later commit.
 

@@ -41,3 +41,29 @@ export function definedNames(text: string): string[] {
     }
   return [...names];
 }
+
+/**
+ * A chunk's text cut before each line that defines a name (`definedNames` of the line alone), at
+ * most `cap` pieces (the two adjacent pieces shortest together are joined until it fits); none when
+ * the chunk holds at most one definition. Each piece embedded on its own keeps one definition's
+ * words from being blurred by its neighbours' in the chunk's single vector.
+ */
+export function definitionPieces(text: string, cap = 4): string[] {
+  const pieces: string[] = [];
+  let current: string[] = [];
+  for (const line of text.split("\n")) {
+    if (current.some((l) => l.trim() !== "") && definedNames(line).length > 0) {
+      pieces.push(current.join("\n"));
+      current = [];
+    }
+    current.push(line);
+  }
+  if (current.some((l) => l.trim() !== "")) pieces.push(current.join("\n"));
+  while (pieces.length > Math.max(1, cap)) {
+    let at = 0;
+    for (let i = 1; i + 1 < pieces.length; i++)
+      if (pieces[i]!.length + pieces[i + 1]!.length < pieces[at]!.length + pieces[at + 1]!.length) at = i;
+    pieces.splice(at, 2, `${pieces[at]}\n${pieces[at + 1]}`);
+  }
+  return pieces.length > 1 ? pieces : [];
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { definedNames } from "../../protocol/embedder/names.js";
+import { definedNames, definitionPieces } from "../../protocol/embedder/names.js";
 import { ModelTokenizer } from "../../protocol/embedder/static.js";
 import { TermKey } from "../../protocol/keyed-terms.js";
 
@@ -98,5 +98,41 @@ enum Colour { Red }`;
     expect(key.question("parse parseConfig")).toContain(key.nameId("pars"));
     // Code that defines nothing keeps its counts.
     expect(key.chunk("x = parse(config)")).toEqual(key.terms("x = parse(config)"));
+  });
+});
+
+describe("a chunk's definition pieces", () => {
+  const chunk = [
+    'import { x } from "./x";',
+    "export function first(a) {",
+    "  return a + 1;",
+    "}",
+    "",
+    "export function second(b) {",
+    "  if (b) return b;",
+    "}",
+    "def third(c):",
+    "    return c",
+  ].join("\n");
+
+  it("cuts before each line that defines a name, every line kept once and in order", () => {
+    const pieces = definitionPieces(chunk);
+    // The lines above the first definition are a piece of their own.
+    expect(pieces.map((p) => definedNames(p))).toEqual([[], ["first"], ["second"], ["third"]]);
+    expect(pieces[0]).toBe('import { x } from "./x";');
+    expect(pieces.join("\n")).toBe(chunk);
+  });
+
+  it("joins the shortest neighbours until at most cap pieces are left", () => {
+    expect(definitionPieces(chunk, 3).map((p) => definedNames(p))).toEqual([["first"], ["second"], ["third"]]);
+    const pieces = definitionPieces(chunk, 2);
+    expect(pieces.join("\n")).toBe(chunk);
+    expect(pieces.map((p) => definedNames(p))).toEqual([["first"], ["second", "third"]]);
+  });
+
+  it("gives none for a chunk of one definition, or of none", () => {
+    expect(definitionPieces("function only() {\n  return 1;\n}")).toEqual([]);
+    expect(definitionPieces("const a = require('a');\nfoo(a);\n")).toEqual([]);
+    expect(definitionPieces("")).toEqual([]);
   });
 });
