@@ -17,3 +17,19 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
+
+/**
+ * `promise`'s value, or "deadline" if `deadline` (ms since the epoch) comes first. What it waited
+ * on is not cancelled, and a rejection after the deadline is not reported.
+ */
+export async function withDeadline<T>(promise: Promise<T>, deadline: number): Promise<T | "deadline"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"deadline">((resolve) => {
+    timer = setTimeout(() => resolve("deadline"), Math.max(0, deadline - Date.now()));
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
+}

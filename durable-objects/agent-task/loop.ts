@@ -8,6 +8,7 @@
 import type { AgentModelGateway } from "../../protocol/agents/gateway.js";
 import type { EndReason, EventType } from "../../protocol/agents/task.js";
 import { NOT_INDEXED } from "../../protocol/agents/tools.js";
+import { withDeadline } from "../../protocol/sleep.js";
 import type { SandboxClient } from "./sandbox-client.js";
 import { runConcurrently } from "./schedule.js";
 import { seal, unseal } from "./seal.js";
@@ -281,17 +282,5 @@ function safeJson(text: string): unknown {
     return JSON.parse(text);
   } catch {
     return text;
-  }
-}
-
-async function withDeadline<T>(promise: Promise<T>, deadline: number): Promise<T | "deadline"> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<"deadline">((resolve) => {
-    timer = setTimeout(() => resolve("deadline"), Math.max(0, deadline - Date.now()));
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    if (timer !== undefined) clearTimeout(timer);
   }
 }

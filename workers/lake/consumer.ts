@@ -14,6 +14,7 @@ import {
   type Partition,
 } from "../../protocol/lake.js";
 import { faultEvery, writeTimeoutMs, type LakeFaults } from "../../durable-objects/lake/settings.js";
+import { withDeadline } from "../../protocol/sleep.js";
 
 /** Partitions written at once from one batch. */
 const PARALLEL_PARTITIONS = 6;
@@ -36,13 +37,6 @@ function isLakeMessage(body: unknown): body is LakeMessage {
 let batches = 0;
 
 const backoff = (attempts: number) => Math.min(60, 2 ** attempts);
-
-/** A partition write the consumer stopped waiting for. */
-class WriteTimedOut extends Error {
-  constructor(readonly waitedMs: number) {
-    super(`no answer after ${waitedMs} ms`);
-  }
-}
 
 /** Where a message that can never be written is kept, for an operator to read or replay. */
 async function keepDeadLetter(env: Env, message: Message<unknown>, queue: string): Promise<void> {
@@ -101,26 +95,18 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
       // partition that hangs must not hold up every other (the queue delivers nothing more from this
       // consumer until the batch ends). A write given up on may still commit; the partition drops
       // the retry's rows it has seen, so they land once either way.
-      let timer: ReturnType<typeof setTimeout> | null = null;
-      const timedOut = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new WriteTimedOut(timeoutMs)), timeoutMs);
-      });
+      let failure: { message: string; error: string } | undefined;
       try {
         const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(name));
-        await Promise.race([stub.append(group.partition, group.rows), timedOut]);
+        const answer = await withDeadline(stub.append(group.partition, group.rows), Date.now() + timeoutMs);
+        if (answer === "deadline")
+          failure = { message: "lake partition write timed out", error: `no answer after ${timeoutMs} ms` };
       } catch (err) {
+        failure = { message: "lake partition write failed", error: String(err) };
+      }
+      if (failure) {
         failed.add(name);
-        console.error(
-          JSON.stringify({
-            level: "warn",
-            message: err instanceof WriteTimedOut ? "lake partition write timed out" : "lake partition write failed",
-            partition: name,
-            rows: group.rows.length,
-            error: String(err),
-          }),
-        );
-      } finally {
-        clearTimeout(timer);
+        console.error(JSON.stringify({ level: "warn", ...failure, partition: name, rows: group.rows.length }));
       }
     }
   };
