@@ -112,7 +112,14 @@ export async function applyCommit(
   if (backend && rows.length > 0) {
     try {
       await backend.write(
-        rows.map((r) => ({ id: String(r.id), path: r.path, language: r.language, vector: r.vector, terms: r.terms })),
+        rows.map((r) => ({
+          id: String(r.id),
+          path: r.path,
+          language: r.language,
+          vector: r.vector,
+          terms: r.terms,
+          ...(r.pieces?.length ? { pieces: r.pieces } : {}),
+        })),
       );
     } catch (err) {
       // Nothing is committed: the tree still lacks these files, so the next sync sends them again.

@@ -1,33 +1,20 @@
 /**
  * The in-memory half of the R2 index: what a Durable Object keeps hot to answer queries without
- * touching R2, stored in `HotSlots` (hot-slots.ts) and scored here.
- *
- * Vector search scans the 1-bit codes with an asymmetric estimate (the float query against the
- * stored signs, through a per-query lookup table of 256 partial sums per byte), keeps the best few
- * hundred, and re-scores those exactly from the int8 vectors when they are held. Small indexes are
- * scanned exactly. At 512 dimensions a million entries take 64 MB of codes, so the largest
- * workspaces stay inside a Durable Object's 128 MB; below the int8 budget results are exact.
+ * touching R2, stored in `HotSlots` (hot-slots.ts), its vectors scored by `HotVectors`
+ * (hot-vectors.ts), and here each entry ranked with its definition pieces, and the lexical and
+ * translation channels scored.
  *
  * The lexical channel scores the inverted index of keyed 32-bit term ids with BM25 (k1 = 1.2,
  * b = 0.75); very common terms are skipped like stop words (see `commonAt`).
  */
+import { MAX_DEFINITION_PIECES } from "../protocol/embedder/names.js";
 import { TRANSLATION_MU, TRANSLATION_SELF } from "../protocol/embedder/translation.js";
-import { HotSlots, type HotSlotsOptions } from "./hot-slots.js";
+import type { HotEntry } from "./hot-slots.js";
+import { HotVectors, type HotFilter, type HotHit, type HotVectorsOptions } from "./hot-vectors.js";
 import { TopK } from "./top-k.js";
 
 export type { HotEntry } from "./hot-slots.js";
-
-export interface HotFilter {
-  /** Only these slots (a mask over slots), when set. */
-  mask?: Uint8Array;
-  /** Only this language code, when set. */
-  language?: number;
-}
-
-export interface HotHit {
-  id: number;
-  score: number;
-}
+export type { HotFilter, HotHit } from "./hot-vectors.js";
 
 /** A question word's keyed term, and the keyed code terms it translates to with their probabilities. */
 export interface TranslatedTerm {
@@ -36,9 +23,11 @@ export interface TranslatedTerm {
   probabilities: readonly number[];
 }
 
-export interface HotIndexOptions extends HotSlotsOptions {
-  /** At most this many live entries are scored exactly rather than through the 1-bit codes. */
-  exactLimit?: number;
+export interface HotIndexOptions extends HotVectorsOptions {
+  /** Memory for the definition pieces' int8 vectors; past it, their scores come from the 1-bit estimate. */
+  pieceInt8BudgetBytes?: number;
+  /** Definition pieces held at most; past it, they are dropped and entries rank by their own vectors. */
+  maxPieces?: number;
   /** Postings the translation channel walks for alternatives per query (`TRANSLATION_POSTING_BUDGET`). */
   translationBudget?: number;
 }
@@ -56,79 +45,105 @@ const B = 0.75;
 /**
  * Postings the translation channel walks for its alternatives, at most, per query, shared equally
  * among the question's words. At 100,000 chunks a translated search then took about 2 ms more than a
- * two-channel one, its p50 and p95 within the old embedder's (`npm run bench:scale`; at 50,000 the
- * p95 was 1.13x). The dev eval's codebases never reach it; in larger ones each word's lightest
+ * two-channel one (`npm run bench:scale`; at 50,000 the p95 was 1.13x). The dev eval's codebases never reach it; in larger ones each word's lightest
  * alternatives past its share are skipped.
  */
 export const TRANSLATION_POSTING_BUDGET = 25_000;
 
-export class HotIndex extends HotSlots {
-  readonly #exactLimit: number;
+/**
+ * Definition pieces a hot index holds at most (about 34 MB of codes and slot arrays at 128
+ * dimensions, beside the entries' own), and the memory for their int8 copies (about 320,000 pieces
+ * at 128 dimensions: a 100,000-chunk workspace's, at the 2.5 a chunk the dev eval's codebases reach): with the entries' own arrays and postings, a
+ * workspace stays near the 100 MB the 512-dimension index took, inside a Durable Object's 128 MB.
+ */
+export const MAX_PIECES = 1_000_000;
+export const PIECE_INT8_BUDGET = 40 * 2 ** 20;
+const NO_TERMS = new Uint32Array(0);
+const NO_COUNTS = new Uint16Array(0);
+
+export class HotIndex extends HotVectors {
   readonly #translationBudget: number;
+  readonly #maxPieces: number;
+  /**
+   * The entries' definition pieces: vectors only, each slot under its entry's id and language. Null
+   * once they outgrow `maxPieces`, for the object's lifetime.
+   */
+  #pieces: HotVectors | null;
 
   /** Per-slot score accumulator for BM25, left zeroed after each query, and the slots it touched. */
   #scratch: Float32Array | null = null;
   #touched: Int32Array | null = null;
-  #lut: Float32Array | null = null;
   /** The translation channel's per-word accumulator and the slots it touched. */
   #wordScratch: Float32Array | null = null;
   #wordTouched: Int32Array | null = null;
 
   constructor(dims: number, options: HotIndexOptions = {}) {
     super(dims, options);
-    this.#exactLimit = options.exactLimit ?? 4096;
     this.#translationBudget = options.translationBudget ?? TRANSLATION_POSTING_BUDGET;
+    this.#maxPieces = options.maxPieces ?? MAX_PIECES;
+    this.#pieces =
+      this.#maxPieces > 0
+        ? new HotVectors(dims, {
+            ...(options.exactLimit !== undefined ? { exactLimit: options.exactLimit } : {}),
+            int8BudgetBytes: options.pieceInt8BudgetBytes ?? PIECE_INT8_BUDGET,
+            maxPostings: 0,
+          })
+        : null;
   }
 
-  queryVector(query: Float32Array, k: number, filter: HotFilter = {}): HotHit[] {
-    if (query.length !== this.dims) throw new Error(`Expected ${this.dims} dimensions, got ${query.length}.`);
-    const admit = this.#admit(filter);
-    if (this.int8 && this.live <= this.#exactLimit) return this.#exactScan(query, k, admit);
+  /** Definition pieces held, or null when they outgrew their budget and ranking goes by entries alone. */
+  get pieceCount(): number | null {
+    return this.#pieces?.size ?? null;
+  }
 
-    // Asymmetric 1-bit scan: per byte of code, the sum of ±query over its 8 dimensions.
-    const nb = this.codeBytes;
-    // Reused across queries: a search allocates almost nothing, so the collector rarely interrupts one.
-    const lut = (this.#lut ??= new Float32Array(nb * 256));
-    for (let b = 0; b < nb; b++) {
-      const at = b * 256;
-      let all = 0;
-      for (let i = 0; i < 8; i++) all -= query[b * 8 + i]!;
-      lut[at] = all;
-      for (let v = 1; v < 256; v++) {
-        const low = v & -v;
-        lut[at + v] = lut[at + (v ^ low)]! + 2 * query[b * 8 + (31 - Math.clz32(low))]!;
-      }
-    }
-    const codes = this.codes;
-    const meanAbs = this.meanAbs;
-    const alive = this.alive;
-    const filtered = filter.mask !== undefined || filter.language !== undefined;
-    const pool = new TopK(this.int8 ? Math.max(k * 16, 256) : k, this.ids);
-    let floor = -Infinity;
-    // Four code bytes per read: one typed-array load instead of four.
-    const words = new Uint32Array(codes.buffer, codes.byteOffset, codes.length >> 2);
-    const nw = nb >> 2;
-    for (let slot = 0; slot < this.n; slot++) {
-      if (filtered ? !admit(slot) : alive[slot] !== 1) continue;
-      let s0 = 0;
-      let s1 = 0;
-      for (let w = 0, at = slot * nw, t = 0; w < nw; w++, at++, t += 1024) {
-        const x = words[at]!;
-        s0 += lut[t | (x & 255)]! + lut[(t + 256) | ((x >>> 8) & 255)]!;
-        s1 += lut[(t + 512) | ((x >>> 16) & 255)]! + lut[(t + 768) | (x >>> 24)]!;
-      }
-      const score = (s0 + s1) * meanAbs[slot]!;
-      if (score < floor) continue;
-      pool.push(slot, score);
-      if (pool.length === pool.size) floor = pool.scores[0]!;
-    }
-    if (!this.int8) return pool.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
-    const exact = new TopK(k, this.ids);
-    for (let i = 0; i < pool.length; i++) {
-      const slot = pool.items[i]!;
-      exact.push(slot, this.#dot(query, slot));
-    }
-    return exact.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
+  override get bytes(): number {
+    return super.bytes + (this.#pieces?.bytes ?? 0);
+  }
+
+  override add(entry: HotEntry): void {
+    super.add(entry);
+    const pieces = this.#pieces;
+    if (!pieces || !entry.pieces?.length) return;
+    for (const piece of entry.pieces)
+      pieces.add({ id: entry.id, language: entry.language, ...piece, termIds: NO_TERMS, termCounts: NO_COUNTS });
+    if (pieces.size > this.#maxPieces) this.#pieces = null;
+  }
+
+  override remove(id: number): boolean {
+    this.#pieces?.remove(id);
+    return super.remove(id);
+  }
+
+  /** The filter for entries with these ids: a mask over their slots and over their pieces'. */
+  filterOf(ids: readonly number[]): Pick<HotFilter, "mask" | "pieceMask"> {
+    return { mask: this.maskOf(ids), ...(this.#pieces ? { pieceMask: this.#pieces.maskOf(ids) } : {}) };
+  }
+
+  /**
+   * The best `k` entries by inner product with `query`, each scored by the best of its own vector
+   * and its definition pieces'. Every entry in that top `k` has its own vector among the best `k`
+   * own vectors or its best piece among the best `k × MAX_DEFINITION_PIECES` pieces (fewer than `k`
+   * entries, with at most that many pieces each, can beat it), so both are asked for that many and
+   * merged: exact where the scans are. Past `exactLimit` pieces, the 1-bit scan re-scores as many
+   * of the pieces as of the entries (16 per result): re-scoring four times as many (at most 4 pieces
+   * a chunk then) made the vector channel at 100,000 chunks and 300,000 pieces 1.3 times slower (7.8
+   * against 5.9 ms in Node).
+   */
+  queryVector(query: Float32Array, k: number, filter: HotFilter = {}): HotHit[] {
+    const own = this.nearest(query, k, filter);
+    const pieces = this.#pieces;
+    if (!pieces || pieces.size === 0) return own;
+    if (filter.mask && !filter.pieceMask) throw new Error("A masked query needs the pieces' mask too (filterOf).");
+    const best = new Map<number, number>();
+    for (const { id, score } of own) best.set(id, score);
+    const pieceFilter = { ...(filter.pieceMask ? { mask: filter.pieceMask } : {}), language: filter.language };
+    const candidates = Math.max(k * 16, 256);
+    for (const { id, score } of pieces.nearest(query, k * MAX_DEFINITION_PIECES, pieceFilter, candidates))
+      if (score > (best.get(id) ?? -Infinity)) best.set(id, score);
+    return [...best]
+      .map(([id, score]) => ({ id, score }))
+      .sort((a, b) => b.score - a.score || a.id - b.id)
+      .slice(0, k);
   }
 
   /**
@@ -144,7 +159,7 @@ export class HotIndex extends HotSlots {
   ): HotHit[] | null {
     if (!this.postings) return null;
     if (this.live === 0) return [];
-    const admit = this.#admit(filter);
+    const admit = this.admit(filter);
     const avg = this.totalLength / this.live || 1;
     if (!this.#scratch || this.#scratch.length < this.n) this.#scratch = new Float32Array(this.cap);
     const scores = this.#scratch;
@@ -203,7 +218,7 @@ export class HotIndex extends HotSlots {
   ): HotHit[] | null {
     if (!this.postings) return null;
     if (this.live === 0 || words.length === 0) return [];
-    const admit = this.#admit(filter);
+    const admit = this.admit(filter);
     if (!this.#scratch || this.#scratch.length < this.n) this.#scratch = new Float32Array(this.cap);
     if (!this.#touched || this.#touched.length < this.n) this.#touched = new Int32Array(this.cap);
     if (!this.#wordScratch || this.#wordScratch.length < this.n) this.#wordScratch = new Float32Array(this.cap);
@@ -275,30 +290,5 @@ export class HotIndex extends HotSlots {
     let df = 0;
     for (let i = 0; i < list.len; i++) if (this.alive[Math.floor(list.buf[i]! / 256)]) df++;
     return df;
-  }
-
-  #admit(filter: HotFilter): (slot: number) => boolean {
-    const alive = this.alive;
-    const { mask, language } = filter;
-    const lang = this.language;
-    if (mask && language !== undefined) return (s) => alive[s] === 1 && mask[s] === 1 && lang[s] === language;
-    if (mask) return (s) => alive[s] === 1 && mask[s] === 1;
-    if (language !== undefined) return (s) => alive[s] === 1 && lang[s] === language;
-    return (s) => alive[s] === 1;
-  }
-
-  #exactScan(query: Float32Array, k: number, admit: (slot: number) => boolean): HotHit[] {
-    const top = new TopK(k, this.ids);
-    for (let slot = 0; slot < this.n; slot++) if (admit(slot)) top.push(slot, this.#dot(query, slot));
-    return top.sorted().map(({ item, score }) => ({ id: this.ids[item]!, score }));
-  }
-
-  #dot(query: Float32Array, slot: number): number {
-    const v = this.int8!;
-    const d = this.dims;
-    const base = slot * d;
-    let dot = 0;
-    for (let j = 0; j < d; j++) dot += v[base + j]! * query[j]!;
-    return dot * this.scales[slot]!;
   }
 }

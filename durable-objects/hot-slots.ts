@@ -4,7 +4,8 @@
  * bytes), the vector's mean magnitude and scale, and, while they fit a memory budget, the int8
  * vector itself; and an inverted index of keyed 32-bit term ids with their counts, kept while its
  * postings fit their budget. Deleted entries are tombstoned and dropped by `compact`, which
- * renumbers slots.
+ * renumbers slots. Several slots may share an id (the pieces of one chunk): removal and masks then
+ * take them all.
  */
 
 export interface HotEntry {
@@ -14,6 +15,8 @@ export interface HotEntry {
   int8: Int8Array;
   termIds: Uint32Array;
   termCounts: Uint16Array;
+  /** Its definition pieces' vectors, int8 with a scale each (`HotIndex` holds them apart). */
+  pieces?: readonly { scale: number; int8: Int8Array }[];
 }
 
 export interface HotSlotsOptions {
@@ -139,30 +142,28 @@ export class HotSlots {
 
     if (this.#byId) {
       const last = slot > 0 ? this.ids[this.#byId[slot - 1]!]! : -Infinity;
-      if (entry.id > last) this.#byId[slot] = slot;
+      if (entry.id >= last) this.#byId[slot] = slot;
       else this.#byId = null;
     }
     this.live++;
   }
 
-  /** Tombstones an entry; true when it was held. */
+  /** Tombstones every live slot of an id; true when it held one. */
   remove(id: number): boolean {
-    const slot = this.#slotOf(id);
-    if (slot < 0 || !this.alive[slot]) return false;
-    this.alive[slot] = 0;
-    this.live--;
-    this.totalLength -= this.lengths[slot]!;
+    const slots = this.#slotsOf(id).filter((slot) => this.alive[slot]);
+    for (const slot of slots) {
+      this.alive[slot] = 0;
+      this.live--;
+      this.totalLength -= this.lengths[slot]!;
+    }
     if (this.n - this.live > Math.max(1024, this.live / 3)) this.compact();
-    return true;
+    return slots.length > 0;
   }
 
   /** A mask over slots holding exactly these ids (for filters computed elsewhere). */
   maskOf(ids: Iterable<number>): Uint8Array {
     const mask = new Uint8Array(this.n);
-    for (const id of ids) {
-      const slot = this.#slotOf(id);
-      if (slot >= 0) mask[slot] = 1;
-    }
+    for (const id of ids) for (const slot of this.#slotsOf(id)) mask[slot] = 1;
     return mask;
   }
 
@@ -215,31 +216,26 @@ export class HotSlots {
     this.#byId = null;
   }
 
-  #slotOf(id: number): number {
+  /** Every slot holding `id`, tombstones included (a re-added entry leaves its old slots behind). */
+  #slotsOf(id: number): number[] {
     if (!this.#byId) {
       const order = new Uint32Array(this.n).map((_, i) => i);
       const ids = this.ids;
-      order.sort((a, b) => ids[a]! - ids[b]!);
+      order.sort((a, b) => ids[a]! - ids[b]! || a - b);
       this.#byId = new Uint32Array(this.cap);
       this.#byId.set(order);
     }
+    // The first position in id order whose id is not below `id`.
     let lo = 0;
-    let hi = this.n - 1;
-    while (lo <= hi) {
+    let hi = this.n;
+    while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      const at = this.ids[this.#byId[mid]!]!;
-      if (at === id) {
-        // Equal ids can only be a re-added entry after a tombstone; prefer the live one.
-        for (let j = mid; j >= 0 && this.ids[this.#byId[j]!] === id; j--)
-          if (this.alive[this.#byId[j]!]) return this.#byId[j]!;
-        for (let j = mid + 1; j < this.n && this.ids[this.#byId[j]!] === id; j++)
-          if (this.alive[this.#byId[j]!]) return this.#byId[j]!;
-        return this.#byId[mid]!;
-      }
-      if (at < id) lo = mid + 1;
-      else hi = mid - 1;
+      if (this.ids[this.#byId[mid]!]! < id) lo = mid + 1;
+      else hi = mid;
     }
-    return -1;
+    const slots: number[] = [];
+    for (let j = lo; j < this.n && this.ids[this.#byId[j]!] === id; j++) slots.push(this.#byId[j]!);
+    return slots;
   }
 
   #grow(): void {

@@ -24,6 +24,11 @@ export interface BackendEntry {
   /** Already transformed with the client's vector key; length is the workspace's dimensions. */
   vector: Float32Array;
   terms: KeyedTerms;
+  /**
+   * Its definition pieces' vectors, keyed and sized like `vector`: the entry's vector score is the
+   * best of `vector`'s and theirs.
+   */
+  pieces?: readonly Float32Array[];
 }
 
 export interface BackendFilter {

@@ -163,8 +163,15 @@ export class R2Backend implements IndexBackend {
     this.#hot = null;
   }
 
-  /** Live entries, segments and their bytes on R2, and the hot index's memory. */
-  stats(): { entries: number; segments: number; segmentBytes: number; hotBytes: number | null; exact: boolean | null } {
+  /** Live entries, segments and their bytes on R2, the hot index's memory, and the definition pieces it holds. */
+  stats(): {
+    entries: number;
+    segments: number;
+    segmentBytes: number;
+    hotBytes: number | null;
+    exact: boolean | null;
+    pieces: number | null;
+  } {
     const row = this.sql.exec(`SELECT count(*) AS n, coalesce(sum(bytes), 0) AS b FROM ${this.#segments}`).one();
     const entries = Number(this.sql.exec(`SELECT count(*) AS n FROM ${this.#entries}`).one().n);
     return {
@@ -173,6 +180,7 @@ export class R2Backend implements IndexBackend {
       segmentBytes: Number(row.b),
       hotBytes: this.#hot?.bytes ?? null,
       exact: this.#hot?.exact ?? null,
+      pieces: this.#hot?.pieceCount ?? null,
     };
   }
 
@@ -327,7 +335,7 @@ export class R2Backend implements IndexBackend {
       )
       .toArray()
       .map((r) => r.id);
-    return { mask: hot.maskOf(ids), ...(language === undefined ? {} : { language }) };
+    return { ...hot.filterOf(ids), ...(language === undefined ? {} : { language }) };
   }
 }
 

@@ -19,6 +19,7 @@ interface Row {
   end_line: number;
   language: string;
   vector: ArrayBuffer;
+  pieces: ArrayBuffer | null;
   term_ids: ArrayBuffer;
   term_counts: ArrayBuffer;
   [key: string]: SqlStorageValue;
@@ -41,6 +42,9 @@ export class StagedChunks {
       staged_at INTEGER NOT NULL,
       PRIMARY KEY (path, hash, part, seq)
     ) WITHOUT ROWID`);
+    // The chunk's definition pieces' vectors, one after another; null for a chunk without pieces.
+    const columns = sql.exec<{ name: string }>("PRAGMA table_info(staged_chunks)").toArray();
+    if (!columns.some((c) => c.name === "pieces")) sql.exec("ALTER TABLE staged_chunks ADD COLUMN pieces BLOB");
   }
 
   /** Bytes the vectors of every staged part take, but for one part (which a retry of it replaces). */
@@ -48,7 +52,7 @@ export class StagedChunks {
     return Number(
       this.sql
         .exec(
-          "SELECT coalesce(sum(length(vector)), 0) AS n FROM staged_chunks WHERE NOT (path = ? AND hash = ? AND part = ?)",
+          "SELECT coalesce(sum(length(vector) + coalesce(length(pieces), 0)), 0) AS n FROM staged_chunks WHERE NOT (path = ? AND hash = ? AND part = ?)",
           path,
           hash,
           part,
@@ -62,8 +66,8 @@ export class StagedChunks {
     this.sql.exec("DELETE FROM staged_chunks WHERE path = ? AND hash = ? AND part = ?", path, hash, part);
     chunks.forEach((chunk, seq) => {
       this.sql.exec(
-        `INSERT INTO staged_chunks (path, hash, part, seq, chunk_id, start_line, end_line, language, vector, term_ids, term_counts, staged_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO staged_chunks (path, hash, part, seq, chunk_id, start_line, end_line, language, vector, pieces, term_ids, term_counts, staged_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         path,
         hash,
         part,
@@ -73,6 +77,7 @@ export class StagedChunks {
         chunk.endLine,
         chunk.language,
         copy(chunk.vector),
+        chunk.pieces?.length ? joined(chunk.pieces) : null,
         copy(chunk.terms.ids),
         copy(chunk.terms.counts),
         now,
@@ -84,7 +89,7 @@ export class StagedChunks {
   take(path: string, hash: string, parts: number): { chunks: IndexedChunk[]; missing: number[] } {
     const rows = this.sql
       .exec<Row>(
-        `SELECT part, seq, chunk_id, start_line, end_line, language, vector, term_ids, term_counts
+        `SELECT part, seq, chunk_id, start_line, end_line, language, vector, pieces, term_ids, term_counts
          FROM staged_chunks WHERE path = ? AND hash = ? AND part < ? ORDER BY part, seq`,
         path,
         hash,
@@ -93,15 +98,19 @@ export class StagedChunks {
       .toArray();
     const present = new Set(rows.map((r) => r.part));
     const missing = Array.from({ length: parts }, (_, i) => i).filter((i) => !present.has(i));
-    const chunks = rows.map((r) => ({
-      path,
-      chunkId: r.chunk_id,
-      startLine: r.start_line,
-      endLine: r.end_line,
-      language: r.language as IndexedChunk["language"],
-      vector: new Float32Array(r.vector),
-      terms: { ids: new Uint32Array(r.term_ids), counts: new Uint16Array(r.term_counts) },
-    }));
+    const chunks = rows.map((r): IndexedChunk => {
+      const vector = new Float32Array(r.vector);
+      return {
+        path,
+        chunkId: r.chunk_id,
+        startLine: r.start_line,
+        endLine: r.end_line,
+        language: r.language as IndexedChunk["language"],
+        vector,
+        terms: { ids: new Uint32Array(r.term_ids), counts: new Uint16Array(r.term_counts) },
+        ...(r.pieces ? { pieces: split(new Float32Array(r.pieces), vector.length) } : {}),
+      };
+    });
     return { chunks, missing };
   }
 
@@ -121,3 +130,19 @@ export class StagedChunks {
 /** The bytes of a typed array as a buffer of their own (a view may share a larger one). */
 const copy = (view: ArrayBufferView): ArrayBuffer =>
   view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
+
+/** Vectors of one length, one after another in one buffer. */
+function joined(vectors: readonly Float32Array[]): ArrayBuffer {
+  const out = new Float32Array(vectors.reduce((n, v) => n + v.length, 0));
+  let at = 0;
+  for (const v of vectors) {
+    out.set(v, at);
+    at += v.length;
+  }
+  return out.buffer;
+}
+
+/** `joined`'s vectors again. */
+function split(all: Float32Array, dims: number): Float32Array[] {
+  return Array.from({ length: all.length / dims }, (_, i) => all.slice(i * dims, (i + 1) * dims));
+}

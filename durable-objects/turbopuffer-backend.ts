@@ -8,8 +8,10 @@ import {
   type Namespace,
 } from "@turbopuffer/turbopuffer";
 import { z } from "zod";
+import { MAX_DEFINITION_PIECES } from "../protocol/embedder/names.js";
 import type { TranslatedTerm } from "./hot-index.js";
-import type { BackendEntry, BackendFilter, BackendHit, IndexBackend, KeyedTerms } from "./index-backend.js";
+import type { BackendEntry, BackendFilter, BackendHit, IndexBackend } from "./index-backend.js";
+import { termTokens, translationBm25, weightedBm25, type TermsRanking } from "./turbopuffer-ranking.js";
 
 /**
  * Turbopuffer answers at most this many rows per query unless the account's limit was raised;
@@ -23,6 +25,8 @@ const MAX_TOP_K = 1200;
  * does not strain a Durable Object's 128 MB of memory.
  */
 const ROWS_PER_REQUEST = 1000;
+/** Entries whose pieces one write request carries: at most `ROWS_PER_REQUEST` rows and as many deletes. */
+const PIECED_ENTRIES_PER_REQUEST = Math.floor(ROWS_PER_REQUEST / MAX_DEFINITION_PIECES);
 
 /**
  * Cosine distance is the only metric the API offers that ranks by angle; the vectors are unit
@@ -53,7 +57,8 @@ const Options = z.object({
   apiKey: z.string().min(1),
   baseURL: z.url().optional(),
   region: z.string().min(1).optional(),
-  namespace: z.string().regex(/^[A-Za-z0-9\-_.]{1,128}$/, "must match [A-Za-z0-9-_.]{1,128}"),
+  // 128 characters at most with the pieces' namespace's suffix.
+  namespace: z.string().regex(/^[A-Za-z0-9\-_.]{1,121}$/, "must match [A-Za-z0-9-_.]{1,121}"),
   dims: z.number().int().min(1).max(10_752),
   maxRetries: z.number().int().min(0).optional(),
   timeout: z.number().int().positive().optional(),
@@ -80,10 +85,15 @@ export class TurbopufferBackendError extends Error {
   }
 }
 
+/** The namespace beside a backend's that holds its entries' definition pieces. */
+export const PIECES_SUFFIX = ".pieces";
+
 /**
  * An index backend on a Turbopuffer namespace: one row per entry with its vector, the encrypted
- * path and language (filterable), and its keyed terms for BM25. Nothing else is sent: no text, no
- * plaintext path, no key. Plain TypeScript with no runtime-specific import, so it runs in the
+ * path and language (filterable), and its keyed terms for BM25. An entry's definition pieces are
+ * rows of a namespace of their own (`<namespace>.pieces`, ids `<entry id>.<piece>`, vector, path
+ * and language), so that they never count in the entries' BM25 statistics. Nothing else is sent:
+ * no text, no plaintext path, no key. Plain TypeScript with no runtime-specific import, so it runs in the
  * Workspace Durable Object and in Node alike; in workerd the client resolves to its global-`fetch`
  * build (its Node build, on undici, is chosen only under the `node` export condition).
  *
@@ -101,7 +111,16 @@ export class TurbopufferBackend implements IndexBackend {
   readonly namespace: string;
   readonly dims: number;
   readonly #ns: Namespace;
+  readonly #piecesNs: Namespace;
+  readonly #piecesName: string;
   readonly #schema: Record<string, AttributeSchema>;
+  readonly #piecesSchema: Record<string, AttributeSchema>;
+  /**
+   * Whether the pieces' namespace exists, so that an index without pieces (a remote embedder's) is
+   * not asked for them at every search: unknown until a query, a write or a removal tells. Every
+   * write to the workspace's index goes through this object, so once known it stays true.
+   */
+  #piecesExist: boolean | undefined;
   /** Per-call options: the client's `write` sets its own retry count, which an explicit one overrides. */
   readonly #requestOptions: { maxRetries?: number };
 
@@ -126,6 +145,8 @@ export class TurbopufferBackend implements IndexBackend {
       compression: true,
     });
     this.#ns = client.namespace(namespace);
+    this.#piecesName = `${namespace}${PIECES_SUFFIX}`;
+    this.#piecesNs = client.namespace(this.#piecesName);
     this.#requestOptions = maxRetries === undefined ? {} : { maxRetries };
     this.#schema = {
       vector: { type: `[${dims}]f32`, ann: true },
@@ -136,13 +157,53 @@ export class TurbopufferBackend implements IndexBackend {
       // only promise by its current rules.
       terms: { type: "[]string", full_text_search: { tokenizer: "pre_tokenized_array" }, filterable: false },
     };
+    const { terms: _, ...piecesSchema } = this.#schema;
+    this.#piecesSchema = piecesSchema;
   }
 
   async write(entries: readonly BackendEntry[]): Promise<void> {
     for (const entry of entries) {
-      if (entry.vector.length !== this.dims) {
-        throw new TypeError(`Entry ${entry.id} has ${entry.vector.length} dimensions; the namespace has ${this.dims}`);
+      if ([entry.vector, ...(entry.pieces ?? [])].some((v) => v.length !== this.dims)) {
+        throw new TypeError(`Entry ${entry.id} has a vector of other dimensions than the namespace's ${this.dims}`);
       }
+      if ((entry.pieces?.length ?? 0) > MAX_DEFINITION_PIECES) {
+        throw new TypeError(`Entry ${entry.id} has more than ${MAX_DEFINITION_PIECES} pieces`);
+      }
+    }
+    // Pieces first, so an entry is never searchable without the pieces it ranks by; an entry written
+    // again with fewer pieces loses the rest in the same request.
+    for (let start = 0; start < entries.length; start += PIECED_ENTRIES_PER_REQUEST) {
+      const batch = entries.slice(start, start + PIECED_ENTRIES_PER_REQUEST);
+      const rows = batch.flatMap((e) =>
+        (e.pieces ?? []).map((vector, p) => ({ id: pieceId(e.id, p), vector, path: e.path, language: e.language })),
+      );
+      if (rows.length === 0 && this.#piecesExist === false) continue;
+      const deletes = batch.flatMap((e) =>
+        Array.from({ length: MAX_DEFINITION_PIECES - (e.pieces?.length ?? 0) }, (_, i) =>
+          pieceId(e.id, (e.pieces?.length ?? 0) + i),
+        ),
+      );
+      const upsert =
+        rows.length === 0
+          ? {}
+          : {
+              upsert_columns: {
+                id: rows.map((r) => r.id),
+                vector: rows.map((r) => Array.from(r.vector)),
+                path: rows.map((r) => r.path),
+                language: rows.map((r) => r.language),
+              },
+              distance_metric: DISTANCE_METRIC,
+              schema: this.#piecesSchema,
+            };
+      const done = await this.#call(
+        "write",
+        () => this.#piecesNs.write({ ...upsert, deletes }, this.#requestOptions),
+        // Deletes alone, in a namespace never written: nothing to forget.
+        { notFound: null },
+        this.#piecesName,
+      );
+      this.#piecesExist = done !== null;
     }
     for (let start = 0; start < entries.length; start += ROWS_PER_REQUEST) {
       const batch = entries.slice(start, start + ROWS_PER_REQUEST);
@@ -171,14 +232,48 @@ export class TurbopufferBackend implements IndexBackend {
       // A namespace that was never written holds none of the ids: nothing to forget.
       await this.#call("remove", () => this.#ns.write({ deletes }, this.#requestOptions), { notFound: undefined });
     }
+    if (this.#piecesExist === false) return;
+    // Every piece an entry may have: deleting a row that is not there changes nothing.
+    const pieces = ids.flatMap((id) => Array.from({ length: MAX_DEFINITION_PIECES }, (_, p) => pieceId(id, p)));
+    for (let start = 0; start < pieces.length; start += ROWS_PER_REQUEST) {
+      const deletes = pieces.slice(start, start + ROWS_PER_REQUEST);
+      const done = await this.#call(
+        "remove",
+        () => this.#piecesNs.write({ deletes }, this.#requestOptions),
+        { notFound: null },
+        this.#piecesName,
+      );
+      if (done === null) {
+        this.#piecesExist = false;
+        return;
+      }
+    }
   }
 
   async queryVector(vector: Float32Array, k: number, filter: BackendFilter): Promise<BackendHit[]> {
     if (vector.length !== this.dims) {
       throw new TypeError(`Query vector has ${vector.length} dimensions; the namespace has ${this.dims}`);
     }
-    const rows = await this.#query("queryVector", k, filter, ["vector", "ANN", Array.from(vector)]);
-    return rows.map((row) => ({ id: row.id, score: 1 - row.$dist }));
+    // An entry scores the best of its own vector and its pieces' (as `HotIndex.queryVector` merges them).
+    const rankBy: ["vector", "ANN", number[]] = ["vector", "ANN", Array.from(vector)];
+    const [rows, pieceRows] = await Promise.all([
+      this.#query("queryVector", k, filter, rankBy),
+      this.#piecesExist === false
+        ? null
+        : this.#query("queryVector", k * MAX_DEFINITION_PIECES, filter, rankBy, this.#piecesNs),
+    ]);
+    if (pieceRows === null) this.#piecesExist = false;
+    const best = new Map<string, number>();
+    for (const row of rows) best.set(row.id, 1 - row.$dist);
+    for (const row of pieceRows ?? []) {
+      const id = row.id.slice(0, row.id.lastIndexOf("."));
+      const score = 1 - row.$dist;
+      if (score > (best.get(id) ?? -Infinity)) best.set(id, score);
+    }
+    return [...best]
+      .map(([id, score]) => ({ id, score }))
+      .sort((a, b) => b.score - a.score)
+      .slice(0, k);
   }
 
   /**
@@ -215,31 +310,55 @@ export class TurbopufferBackend implements IndexBackend {
   }
 
   async destroy(): Promise<void> {
+    await this.#call(
+      "destroy",
+      () => this.#piecesNs.deleteAll({}, this.#requestOptions),
+      { notFound: undefined },
+      this.#piecesName,
+    );
+    this.#piecesExist = false;
     await this.#call("destroy", () => this.#ns.deleteAll({}, this.#requestOptions), { notFound: undefined });
   }
 
+  /** The rows a query ranks first; with `ns`, the pieces' namespace's, or null when it does not exist. */
   async #query(
     operation: string,
     k: number,
     filter: BackendFilter,
     rankBy: ["vector", "ANN", number[]] | TermsRanking,
-  ): Promise<Array<{ id: string; $dist: number }>> {
+  ): Promise<Array<{ id: string; $dist: number }>>;
+  async #query(
+    operation: string,
+    k: number,
+    filter: BackendFilter,
+    rankBy: ["vector", "ANN", number[]] | TermsRanking,
+    ns: Namespace,
+  ): Promise<Array<{ id: string; $dist: number }> | null>;
+  async #query(
+    operation: string,
+    k: number,
+    filter: BackendFilter,
+    rankBy: ["vector", "ANN", number[]] | TermsRanking,
+    ns?: Namespace,
+  ): Promise<Array<{ id: string; $dist: number }> | null> {
     if (!Number.isInteger(k) || k < 1) return [];
     const filters = toFilters(filter);
     // A namespace is created by its first write; before that every query is a 404.
     const response = await this.#call(
       operation,
       () =>
-        this.#ns.query(
+        (ns ?? this.#ns).query(
           { rank_by: rankBy, top_k: Math.min(k, MAX_TOP_K), ...(filters && { filters }) },
           this.#requestOptions,
         ),
-      { notFound: { rows: [] } },
+      { notFound: ns ? null : { rows: [] } },
+      ns ? this.#piecesName : this.namespace,
     );
+    if (response === null) return null;
     const parsed = QueryRows.safeParse(response);
     if (!parsed.success) {
       throw new TurbopufferBackendError(
-        `Turbopuffer ${operation} on namespace ${this.namespace} returned an unexpected body: ${z.prettifyError(parsed.error)}`,
+        `Turbopuffer ${operation} on namespace ${ns ? this.#piecesName : this.namespace} returned an unexpected body: ${z.prettifyError(parsed.error)}`,
         undefined,
         false,
       );
@@ -248,12 +367,17 @@ export class TurbopufferBackend implements IndexBackend {
   }
 
   /** Runs one client call and turns its failures into `TurbopufferBackendError`s that name the call. */
-  async #call<T, F = never>(operation: string, run: () => Promise<T>, onMissing?: { notFound: F }): Promise<T | F> {
+  async #call<T, F = never>(
+    operation: string,
+    run: () => Promise<T>,
+    onMissing?: { notFound: F },
+    namespace = this.namespace,
+  ): Promise<T | F> {
     try {
       return await run();
     } catch (err) {
       if (onMissing && err instanceof NotFoundError) return onMissing.notFound;
-      const where = `Turbopuffer ${operation} on namespace ${this.namespace}`;
+      const where = `Turbopuffer ${operation} on namespace ${namespace}`;
       if (err instanceof APIConnectionTimeoutError) {
         throw new TurbopufferBackendError(`${where} timed out`, undefined, true, { cause: err });
       }
@@ -266,6 +390,9 @@ export class TurbopufferBackend implements IndexBackend {
     }
   }
 }
+
+/** A piece's row id in the pieces' namespace: its entry's id and its place among the entry's pieces. */
+const pieceId = (id: string, piece: number) => `${id}.${piece}`;
 
 /** Turbopuffer's errors are `{ "status": "error", "error": "<message>" }`. */
 function errorDetail(body: unknown): string | undefined {
@@ -281,129 +408,4 @@ function toFilters({ pathPrefix, language }: BackendFilter): Filter | undefined 
   if (language !== undefined) clauses.push(["language", "Eq", language]);
   if (clauses.length === 0) return undefined;
   return clauses.length === 1 ? clauses[0] : ["And", clauses];
-}
-
-/** Characters in a keyed term's token (`termToken`). */
-const TERM_TOKEN_CHARS = 8;
-
-type Bm25Clause = ["terms", "BM25", string[]];
-type TermsRanking = Bm25Clause | ["Product", number, Bm25Clause] | ["Sum", Array<["Product", number, Bm25Clause]>];
-
-/**
- * The ranking for `terms` at `weights` (1 where absent): one plain BM25 clause when every term
- * weighs 1, one weighted clause per distinct weight otherwise; undefined when no term counts. The
- * terms are `withinQueryBudget`'s: a question too long for one query keeps its heaviest terms.
- */
-export function weightedBm25(terms: readonly number[], weights?: readonly number[]): TermsRanking | undefined {
-  const byWeight = new Map<number, string[]>();
-  const kept = withinQueryBudget(terms, weights);
-  kept.terms.forEach((term, i) => {
-    const weight = kept.weights[i]!;
-    const tokens = byWeight.get(weight) ?? [];
-    tokens.push(termToken(term));
-    byWeight.set(weight, tokens);
-  });
-  if (byWeight.size === 0) return undefined;
-  const weighted = [...byWeight].map(([w, tokens]): ["Product", number, Bm25Clause] => [
-    "Product",
-    w,
-    ["terms", "BM25", tokens],
-  ]);
-  if (weighted.length > 1) return ["Sum", weighted];
-  const [, w, clause] = weighted[0]!;
-  return w === 1 ? clause : weighted[0]!;
-}
-
-/**
- * The most characters one full-text query may hold: Turbopuffer refuses a longer BM25 query with a
- * 400. Its limits page names 1,024 without saying how a pre-tokenized array counts, so every token of
- * every clause is counted, as if the whole query were its tokens joined by spaces.
- */
-export const MAX_BM25_QUERY_CHARS = 1024;
-/** Tokens (8 hex characters and a space) that fit `MAX_BM25_QUERY_CHARS`: 113. */
-export const MAX_BM25_QUERY_TOKENS = Math.floor((MAX_BM25_QUERY_CHARS + 1) / (TERM_TOKEN_CHARS + 1));
-
-/**
- * The terms that one BM25 query sends: each term once, at its first weight; none of weight 0 or less;
- * and, past `MAX_BM25_QUERY_TOKENS`, the heaviest (the earlier of equal weights), in their order.
- */
-export function withinQueryBudget(
-  terms: readonly number[],
-  weights?: readonly number[],
-): { terms: number[]; weights: number[] } {
-  const seen = new Set<number>();
-  const kept: { term: number; weight: number; at: number }[] = [];
-  terms.forEach((term, at) => {
-    if (seen.has(term)) return;
-    seen.add(term);
-    const weight = weights?.[at] ?? 1;
-    if (!Number.isFinite(weight)) throw new TypeError(`Not a finite term weight: ${weight}`);
-    if (weight > 0) kept.push({ term, weight, at });
-  });
-  const sent =
-    kept.length <= MAX_BM25_QUERY_TOKENS
-      ? kept
-      : [...kept]
-          .sort((a, b) => b.weight - a.weight || a.at - b.at)
-          .slice(0, MAX_BM25_QUERY_TOKENS)
-          .sort((a, b) => a.at - b.at);
-  return { terms: sent.map((k) => k.term), weights: sent.map((k) => k.weight) };
-}
-
-/** Translations of a question word that the BM25 translation channel asks for, heaviest first. */
-export const TRANSLATIONS_ASKED = 16;
-/** Translation weights are rounded to this step, so that a question needs few BM25 clauses. */
-const TRANSLATION_WEIGHT_STEP = 1 / 8;
-
-/**
- * The translation channel's words as weighted BM25 terms: each word at its weight, and its
- * `TRANSLATIONS_ASKED` most probable translations at the word's weight times their probability over
- * the best one's, every weight rounded to 1/8 (a translation rounding to 0 is left out), within one
- * query's budget (`withinQueryBudget`). On the dev
- * eval (`npm run eval:dev`, "+translation as BM25": the hot index's BM25 standing in for
- * Turbopuffer's) the three channels so fused scored 1.28x the identifier-split BM25's MRR@10, against
- * 1.23x for the vector and lexical channels alone and 1.29x with the hot index's translation
- * language model. Measured once offline beside it, before the budget and not by a committed command:
- * 4, 8 or 16 translations with weights not rounded scored 1.26x to 1.27x.
- */
-export function translationBm25(
-  words: readonly TranslatedTerm[],
-  weights?: readonly number[],
-): { terms: number[]; weights: number[] } {
-  const round = (w: number) => Math.round(w / TRANSLATION_WEIGHT_STEP) * TRANSLATION_WEIGHT_STEP;
-  const terms: number[] = [];
-  const termWeights: number[] = [];
-  words.forEach((word, i) => {
-    const weight = weights?.[i] ?? 1;
-    terms.push(word.term);
-    termWeights.push(round(weight));
-    const heaviest = word.alternatives
-      .map((term, j) => ({ term, p: word.probabilities[j] ?? 0 }))
-      .filter((a) => a.p > 0)
-      .sort((a, b) => b.p - a.p)
-      .slice(0, TRANSLATIONS_ASKED);
-    const best = heaviest[0]?.p ?? 1;
-    for (const { term, p } of heaviest) {
-      terms.push(term);
-      termWeights.push(round((weight * p) / best));
-    }
-  });
-  return withinQueryBudget(terms, termWeights);
-}
-
-/** A keyed term id as the token Turbopuffer indexes: `TERM_TOKEN_CHARS` lower-case hex characters. */
-function termToken(id: number): string {
-  if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) throw new TypeError(`Not a 32-bit term id: ${id}`);
-  return id.toString(16).padStart(TERM_TOKEN_CHARS, "0");
-}
-
-/** One token per occurrence, so BM25 sees each term's frequency in the chunk. */
-function termTokens({ ids, counts }: KeyedTerms): string[] {
-  if (ids.length !== counts.length) throw new TypeError("Keyed terms have different numbers of ids and counts");
-  const tokens: string[] = [];
-  for (let i = 0; i < ids.length; i++) {
-    const token = termToken(ids[i]!);
-    for (let n = counts[i]!; n > 0; n--) tokens.push(token);
-  }
-  return tokens;
 }

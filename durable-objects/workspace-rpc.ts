@@ -3,6 +3,7 @@
  * any code holding the binding can call a stub, and the outcomes a route maps to problems.
  */
 import { z } from "zod";
+import { MAX_DEFINITION_PIECES } from "../protocol/embedder/names.js";
 import { MAX_ALTERNATIVES, MAX_TRANSLATED_WORDS } from "../protocol/embedder/translation.js";
 import {
   checkCommitPaths,
@@ -52,15 +53,22 @@ const KeyedTerms = z.object({
   counts: z.custom<Uint16Array>((v) => v instanceof Uint16Array),
 });
 
-const IndexedChunkShape = z.object({
-  path: EncryptedPath,
-  chunkId: Hash,
-  startLine: z.number().int().positive(),
-  endLine: z.number().int().positive(),
-  language: Language,
-  vector: Vector,
-  terms: KeyedTerms,
-});
+const IndexedChunkShape = z
+  .object({
+    path: EncryptedPath,
+    chunkId: Hash,
+    startLine: z.number().int().positive(),
+    endLine: z.number().int().positive(),
+    language: Language,
+    vector: Vector,
+    terms: KeyedTerms,
+    /** Its definition pieces' vectors, keyed like `vector`: the chunk ranks by the best of them all. */
+    pieces: z.array(Vector).max(MAX_DEFINITION_PIECES).optional(),
+  })
+  .refine(
+    (c) => (c.pieces ?? []).every((p) => p.length === c.vector.length),
+    "a chunk's pieces must have its vector's dimensions",
+  );
 export const VectorChunks = z.array(IndexedChunkShape).max(100_000);
 export type IndexedChunk = z.input<typeof IndexedChunkShape>;
 

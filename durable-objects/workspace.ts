@@ -201,7 +201,10 @@ export class Workspace extends DurableObject<Env> {
     const odd = part.chunks.find((c) => c.vector.length !== dims);
     if (odd) return { mismatch: { expected: dims, got: odd.vector.length } };
     const staging = this.#staging;
-    const bytes = part.chunks.reduce((n, c) => n + c.vector.byteLength, 0);
+    const bytes = part.chunks.reduce(
+      (n, c) => n + c.vector.byteLength + (c.pieces ?? []).reduce((m, p) => m + p.byteLength, 0),
+      0,
+    );
     if (staging.bytesBesides(part.path, part.hash, part.part) + bytes > MAX_STAGED_BYTES)
       return { stagingFull: { limit: MAX_STAGED_BYTES } };
     this.ctx.storage.transactionSync(() => staging.put(part.path, part.hash, part.part, part.chunks));

@@ -21,7 +21,7 @@ import { TermKey } from "../protocol/keyed-terms.js";
 import { MAX_PATH_TERMS } from "../protocol/sync.js";
 import { translateQuestion, type TranslationTable } from "../protocol/embedder/translation.js";
 import { HotIndex } from "../durable-objects/hot-index.js";
-import { translationBm25 } from "../durable-objects/turbopuffer-backend.js";
+import { translationBm25 } from "../durable-objects/turbopuffer-ranking.js";
 import { DEBIAN_PACKAGES, EVAL_PACKAGES } from "../eval/packages.js";
 import { listFiles, selectSources, type Layout } from "../eval/select.js";
 import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../protocol/embedder/static.js";
@@ -187,7 +187,7 @@ export interface EdgeScores {
   translationAsBm25: number;
   /**
    * All three channels at weight 1, a chunk's cosine the best of its own vector's and its definition
-   * pieces' (`definitionPieces`, at most 4): each definition's words kept apart in a vector of its own.
+   * pieces' (`definitionPieces`, at most 3): each definition's words kept apart in a vector of its own.
    */
   pieces: number;
 }

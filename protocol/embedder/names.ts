@@ -42,13 +42,16 @@ export function definedNames(text: string): string[] {
   return [...names];
 }
 
+/** Definition pieces a chunk is cut into at most, and so the extra vectors an index holds per chunk. */
+export const MAX_DEFINITION_PIECES = 3;
+
 /**
  * A chunk's text cut before each line that defines a name (`definedNames` of the line alone), at
  * most `cap` pieces (the two adjacent pieces shortest together are joined until it fits); none when
  * the chunk holds at most one definition. Each piece embedded on its own keeps one definition's
  * words from being blurred by its neighbours' in the chunk's single vector.
  */
-export function definitionPieces(text: string, cap = 4): string[] {
+export function definitionPieces(text: string, cap = MAX_DEFINITION_PIECES): string[] {
   const pieces: string[] = [];
   let current: string[] = [];
   for (const line of text.split("\n")) {

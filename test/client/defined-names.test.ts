@@ -116,7 +116,7 @@ describe("a chunk's definition pieces", () => {
   ].join("\n");
 
   it("cuts before each line that defines a name, every line kept once and in order", () => {
-    const pieces = definitionPieces(chunk);
+    const pieces = definitionPieces(chunk, 4);
     // The lines above the first definition are a piece of their own.
     expect(pieces.map((p) => definedNames(p))).toEqual([[], ["first"], ["second"], ["third"]]);
     expect(pieces[0]).toBe('import { x } from "./x";');
@@ -125,6 +125,8 @@ describe("a chunk's definition pieces", () => {
 
   it("joins the shortest neighbours until at most cap pieces are left", () => {
     expect(definitionPieces(chunk, 3).map((p) => definedNames(p))).toEqual([["first"], ["second"], ["third"]]);
+    // What the index holds: at most 3.
+    expect(definitionPieces(chunk)).toEqual(definitionPieces(chunk, 3));
     const pieces = definitionPieces(chunk, 2);
     expect(pieces.join("\n")).toBe(chunk);
     expect(pieces.map((p) => definedNames(p))).toEqual([["first"], ["second", "third"]]);

@@ -1,15 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BackendEntry, BackendFilter } from "../../durable-objects/index-backend.js";
 import {
-  MAX_BM25_QUERY_TOKENS,
+  PIECES_SUFFIX,
   TurbopufferBackend,
   TurbopufferBackendError,
+  type TurbopufferBackendOptions,
+} from "../../durable-objects/turbopuffer-backend.js";
+import {
+  MAX_BM25_QUERY_TOKENS,
   TRANSLATIONS_ASKED,
   translationBm25,
   weightedBm25,
   withinQueryBudget,
-  type TurbopufferBackendOptions,
-} from "../../durable-objects/turbopuffer-backend.js";
+} from "../../durable-objects/turbopuffer-ranking.js";
 import { HotIndex } from "../../durable-objects/hot-index.js";
 import {
   startTurbopufferStandIn,
@@ -42,7 +45,8 @@ function backend(options: Partial<TurbopufferBackendOptions> = {}): TurbopufferB
 /** Requests the stand-in received for one namespace, from this point on. */
 function recorder(namespace: string): () => RecordedRequest[] {
   const start = tpuf.requests.length;
-  return () => tpuf.requests.slice(start).filter((r) => r.url.startsWith(`/v2/namespaces/${namespace}`));
+  const url = `/v2/namespaces/${namespace}`;
+  return () => tpuf.requests.slice(start).filter((r) => r.url === url || r.url.startsWith(`${url}/`));
 }
 
 function random(seed: number): () => number {
@@ -499,6 +503,7 @@ describe("TurbopufferBackend against the stand-in", () => {
   it("sends only ids, vectors, encrypted paths, languages and term tokens, with the key as a bearer token", async () => {
     const index = backend();
     const requests = recorder(index.namespace);
+    const pieceRequests = recorder(`${index.namespace}${PIECES_SUFFIX}`);
     const { entries, dirs, next } = corpus(12, 10);
     await index.write(entries);
     await index.queryVector(unitVector(next), 3, { pathPrefix: dirs.dirA, language: "go" });
@@ -549,6 +554,53 @@ describe("TurbopufferBackend against the stand-in", () => {
     });
     expect(sent[3]!.body).toEqual({ deletes: [entries[0]!.id] });
     expect(sent[4]!.body).toBeUndefined();
+    // Entries without pieces: the first write finds that the pieces' namespace does not exist, and
+    // nothing more is asked of it until destroy.
+    const pieces = `${index.namespace}${PIECES_SUFFIX}`;
+    expect(pieceRequests().map((r) => `${r.method} ${r.url} ${r.status}`)).toEqual([
+      `POST /v2/namespaces/${pieces} 404`,
+      `DELETE /v2/namespaces/${pieces} 404`,
+    ]);
+    expect(Object.keys(pieceRequests()[0]!.body as object)).toEqual(["deletes"]);
+  });
+
+  it("keeps definition pieces in a namespace of their own, ranks an entry by its best, and forgets them with it", async () => {
+    const index = backend();
+    const { entries: plain, dirs, next } = corpus(40, 11);
+    // Entry i has i % 4 pieces.
+    const entries = plain.map((e, i) => ({
+      ...e,
+      terms: terms([[i % 3, 1]]),
+      ...(i % 4 ? { pieces: Array.from({ length: i % 4 }, () => unitVector(next)) } : {}),
+    }));
+    await index.write(entries);
+    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(60);
+    const best = (query: Float32Array, filter: BackendFilter = {}) =>
+      nearest(
+        entries.flatMap((e) => [e, ...(e.pieces ?? []).map((vector) => ({ ...e, vector }))]),
+        query,
+        1000,
+        filter,
+      ).filter((h, i, all) => all.findIndex((o) => o.id === h.id) === i);
+    const target = entries[15]!.pieces![2]!;
+    expectHits(await index.queryVector(target, 5, {}), best(target).slice(0, 5));
+    expect((await index.queryVector(target, 1, {}))[0]!.id).toBe(entries[15]!.id);
+    const filter = { pathPrefix: dirs.dirA, language: "go" };
+    expectHits(await index.queryVector(target, 5, filter), best(target, filter).slice(0, 5));
+    // BM25 never sees the pieces: the same scores as an index of the entries alone.
+    const alone = backend();
+    await alone.write(entries.map(({ pieces: _, ...e }) => e));
+    expectHits(await index.queryTerms([1], 40, {}), await alone.queryTerms([1], 40, {}));
+    // Written again with one piece, removed, destroyed: the pieces' rows go with their entry.
+    const fresh = backend({ namespace: index.namespace });
+    await fresh.write([{ ...entries[15]!, pieces: [entries[15]!.pieces![0]!] }]);
+    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(58);
+    await fresh.remove([entries[15]!.id]);
+    expect((await fresh.queryVector(target, 1, {}))[0]!.id).not.toBe(entries[15]!.id);
+    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(57);
+    await fresh.destroy();
+    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toBeUndefined();
+    expect(tpuf.documents(index.namespace)).toBeUndefined();
   });
 });
 
@@ -556,12 +608,20 @@ describe("TurbopufferBackend errors", () => {
   it("fails with a clear error, unretried, when the API key is wrong", async () => {
     const index = backend({ apiKey: "tpuf_wrong", maxRetries: 3 });
     const requests = recorder(index.namespace);
-    const error = await index.write(corpus(1).entries).catch((e: unknown) => e);
+    const error = await index.queryTerms([1], 3, {}).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurbopufferBackendError);
     expect(error).toMatchObject({ status: 401, timedOut: false });
     expect((error as Error).message).toBe(
-      `Turbopuffer write on namespace ${index.namespace} failed with 401: unauthorized: invalid API key`,
+      `Turbopuffer queryTerms on namespace ${index.namespace} failed with 401: unauthorized: invalid API key`,
     );
+    expect(requests()).toHaveLength(1);
+    // A write's first request, to the pieces' namespace, fails the same way and stops it.
+    const pieces = recorder(`${index.namespace}${PIECES_SUFFIX}`);
+    const failed = await index.write(corpus(1).entries).catch((e: unknown) => e);
+    expect((failed as Error).message).toBe(
+      `Turbopuffer write on namespace ${index.namespace}${PIECES_SUFFIX} failed with 401: unauthorized: invalid API key`,
+    );
+    expect(pieces()).toHaveLength(1);
     expect(requests()).toHaveLength(1);
   });
 
@@ -573,13 +633,15 @@ describe("TurbopufferBackend errors", () => {
 
     const impatient = backend({ maxRetries: 1 });
     const requests = recorder(impatient.namespace);
+    // Written once: the pieces' namespace is known not to exist, and a write goes to the entries' alone.
+    await impatient.write(entries);
     tpuf.failNext(2, 503);
     await expect(impatient.write(entries)).rejects.toMatchObject({
       name: "TurbopufferBackendError",
       status: 503,
       message: `Turbopuffer write on namespace ${impatient.namespace} failed with 503: injected failure`,
     });
-    expect(requests()).toHaveLength(2);
+    expect(requests()).toHaveLength(3);
   });
 
   it("reports the service's rejection of vectors of another dimension than the namespace's", async () => {
@@ -622,7 +684,8 @@ describe("TurbopufferBackend errors", () => {
       timedOut: true,
       message: `Turbopuffer queryVector on namespace ${index.namespace} timed out`,
     });
-    expect(calls).toBe(1);
+    // The entries' and the pieces' namespaces, asked at once: one attempt each.
+    expect(calls).toBe(2);
   });
 
   it("refuses options it cannot use", () => {

@@ -34,7 +34,9 @@ describe("Turbopuffer backend behind the local edge", () => {
 
   it("indexes, searches, forgets a deleted file and deletes the namespace with the workspace", async () => {
     const dir = makeTree({
-      "src/ephemeris.ts": "export function computeJulianEphemeris(epoch: number) { return epoch * 365.25; }\n",
+      "src/ephemeris.ts":
+        "export function computeJulianEphemeris(epoch: number) { return epoch * 365.25; }\n" +
+        "export function siderealDayLength() { return 86164.09; }\n",
       "src/telescope.py": "def calibrate_telescope_mount(azimuth, altitude):\n    return azimuth + altitude\n",
       "notes/observing.md": "Observing log: the nebula was faint tonight.\n",
     });
@@ -42,10 +44,12 @@ describe("Turbopuffer backend behind the local edge", () => {
     expect(indexed.code, indexed.stderr + edge.output().slice(-2000)).toBe(0);
 
     const namespaces = new Set(tpuf.requests.map((r) => r.url.match(/namespaces\/([^/?]+)/)?.[1]).filter(Boolean));
-    expect(namespaces.size).toBe(1);
-    const namespace = [...namespaces][0]!;
+    const namespace = [...namespaces].find((n) => !n!.endsWith(".pieces"))!;
     expect(namespace).toMatch(/^sextant-[0-9a-f]{64}$/);
+    // The entries', and beside it their definition pieces' (ephemeris.ts's chunk defines two names).
+    expect([...namespaces].sort()).toEqual([namespace, `${namespace}.pieces`]);
     expect(tpuf.documents(namespace)).toHaveLength(3);
+    expect(tpuf.documents(`${namespace}.pieces`)).toHaveLength(2);
 
     const search = async (query: string, extra: string[] = []) =>
       JSON.parse((await cli(["--json", "search", query, dir, ...extra])).stdout) as { path: string }[];
@@ -115,5 +119,6 @@ describe("Turbopuffer backend behind the local edge", () => {
     const deleted = await cli(["workspace", "delete", dir, "--yes"]);
     expect(deleted.code, deleted.stderr).toBe(0);
     expect(tpuf.documents(namespace)).toBeUndefined();
+    expect(tpuf.documents(`${namespace}.pieces`)).toBeUndefined();
   }, 180_000);
 });

@@ -6,6 +6,8 @@ import { BUILTIN_DIMS, BUILTIN_MODEL, embedBuiltin } from "../../protocol/embedd
 import { TermKey } from "../../protocol/keyed-terms.js";
 import { ReembedResponse, SearchResponse, SYNC_PROTOCOL, TreeStatus, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import { VectorKey } from "../../protocol/vector-key.js";
+import { StaticEmbedder } from "../../workers/embedders/static.js";
+import { bundledStaticModel } from "../../workers/embedders/static-model.js";
 import { call, createAccount, expectJson, expectProblem, hex, seg, vectorKeyOf, type Account } from "./harness.js";
 
 const LEXICAL = { model: BUILTIN_MODEL, dims: BUILTIN_DIMS };
@@ -96,6 +98,76 @@ async function objectsUnder(id: string, below: string) {
   const listed = await env.INDEX.list({ prefix: `workspaces/${objectId}/${below}` });
   return listed.objects.map((o) => o.key);
 }
+
+/**
+ * A workspace as the edge indexed it with the learned model before definition pieces: one vector
+ * per chunk from `sextant-static-v2`, rotated with the client's key, under that model's name.
+ */
+async function indexedWithoutPieces(account: Account, key: string, files: Record<string, string>) {
+  const id = (
+    (await (await call("/v1/workspaces", { token: account.key.key, body: { name: seg("w") } })).json()) as {
+      id: string;
+    }
+  ).id;
+  const embedder = new StaticEmbedder(bundledStaticModel);
+  const bytes = keyBytesOf(key);
+  const rotation = new VectorKey(bytes, embedder.dims);
+  const terms = new TermKey(bytes);
+  const upserts = Object.entries(files).map(([path, text], i) => upsertOf(path, text, hex(String(i + 1))));
+  const chunks: IndexedChunk[] = [];
+  for (const u of upserts)
+    for (const chunk of u.chunks)
+      chunks.push({
+        path: u.path,
+        chunkId: chunk.id,
+        startLine: chunk.startLine,
+        endLine: chunk.endLine,
+        language: u.language,
+        vector: rotation.apply((await embedder.embed([chunk.text], "document"))[0]!),
+        terms: TermKey.withExtra(terms.chunk(chunk.text), []),
+      });
+  const tree = { upserts: upserts.map(({ path, hash, size }) => ({ path, hash, size })), deletes: [] };
+  const edge = { model: embedder.model, dims: embedder.dims };
+  expect(await workspaceStub(env, id).commit(tree, chunks, { embedder: edge })).toMatchObject({
+    model: "sextant-static-v2",
+    reembed: false,
+  });
+  return id;
+}
+
+describe("a workspace indexed by the learned model before definition pieces", () => {
+  it("is searched with the model's question vectors until re-sent, then moves to an index with pieces", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const twoDefinitions = `${FILES[seg("b")]}\n\n${FILES[seg("a")]}`;
+    const files = { [seg("a")]: twoDefinitions, [seg("c")]: FILES[seg("c")]! };
+    const id = await indexedWithoutPieces(account, key, files);
+    expect(await status(account, id)).toMatchObject({
+      model: "sextant-static-v2",
+      embedder: "sextant-static-v2+pieces",
+      reembed: true,
+    });
+    const before = await expectJson(await search(account, id, key, "revoke an api key"), 200, SearchResponse);
+    expect(before).toMatchObject({ mode: "hybrid", model: "sextant-static-v2" });
+    expect(before.results[0]?.path).toBe(seg("a"));
+    expect(before.results[0]?.channels.vector).not.toBeNull();
+
+    const done = await resend(
+      account,
+      id,
+      key,
+      Object.entries(files).map(([path, text], i) => ({ path, text, hash: hex(String(i + 1)) })),
+    );
+    expect(done).toMatchObject({ model: "sextant-static-v2+pieces", reembed: false });
+    const after = await expectJson(await search(account, id, key, "revoke an api key"), 200, SearchResponse);
+    expect(after).toMatchObject({ mode: "hybrid", model: "sextant-static-v2+pieces" });
+    expect(after.results[0]?.path).toBe(seg("a"));
+    // The chunk's second definition now has a vector of its own, which the question is closer to.
+    expect(after.results[0]!.channels.vector!).toBeGreaterThan(before.results[0]!.channels.vector!);
+    expect((await workspaceStub(env, id).indexStats())!.backend!.pieces).toBe(2);
+    expect(await objectsUnder(id, "segments/")).toEqual([]);
+  });
+});
 
 describe("a workspace indexed by another embedder than the edge's", () => {
   it("is searchable after the edge's embedder changed: the question is embedded by the index's model", async () => {

@@ -7,21 +7,10 @@ import type { BackendEntry } from "../../durable-objects/index-backend.js";
 import type { HotIndexOptions } from "../../durable-objects/hot-index.js";
 import type { IndexedChunk } from "../../durable-objects/workspace.js";
 import type { SearchResponse } from "../../protocol/sync.js";
+import { seededUnit } from "../support/vectors.js";
 
 const DIMS = 32;
-/** A pseudo-random unit vector per seed (mulberry32, then normalised). */
-const unit = (seed: number) => {
-  let a = seed * 2654435761;
-  const next = () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32 - 0.5;
-  };
-  const v = new Float32Array(DIMS).map(next);
-  const n = Math.hypot(...v);
-  return v.map((x) => x / n);
-};
+const unit = (seed: number) => seededUnit(seed, DIMS);
 const terms = (...pairs: [number, number][]) => ({
   ids: Uint32Array.from(pairs, (p) => p[0]),
   counts: Uint16Array.from(pairs, (p) => p[1]),
@@ -32,6 +21,13 @@ const entry = (id: number, path: string, language = "typescript", t = terms([id 
   language,
   vector: unit(id),
   terms: t,
+});
+/** Piece `p` of entry `id`'s vector. */
+const pieceVector = (id: number, p: number) => unit(id * 10 + p + 100_000);
+/** `entry`, with `id % 4` definition pieces. */
+const pieced = (id: number, path: string): BackendEntry => ({
+  ...entry(id, path),
+  ...(id % 4 ? { pieces: Array.from({ length: id % 4 }, (_, p) => pieceVector(id, p)) } : {}),
 });
 
 async function withBackend<T>(
@@ -113,6 +109,31 @@ describe("R2 index backend", () => {
     });
   });
 
+  it("ranks an entry by its best piece, keeps pieces in its segments, and filters and forgets them with it", async () => {
+    await withBackend("ws_r2p", async (open) => {
+      const backend = open();
+      await backend.write([pieced(1, "A/x"), pieced(2, "A/y"), pieced(3, "B/z"), pieced(7, "B/w")]);
+      // Entry 3's third piece: entry 3 first, once, scored as the piece.
+      const hits = await backend.queryVector(pieceVector(3, 2), 4, {});
+      expect(hits[0]).toEqual({ id: "3", score: expect.closeTo(1, 1) });
+      expect(new Set(hits.map((h) => h.id)).size).toBe(hits.length);
+      expect(backend.stats().pieces).toBe(1 + 2 + 3 + 3);
+      // Outside the directory asked for, a matching piece does not count.
+      expect((await backend.queryVector(pieceVector(3, 2), 4, { pathPrefix: "A" })).map((h) => h.id).sort()).toEqual([
+        "1",
+        "2",
+      ]);
+      // Rebuilt from R2 by a fresh instance: the same ranking.
+      const fresh = open();
+      expect(await fresh.queryVector(pieceVector(3, 2), 4, {})).toEqual(hits);
+      expect(fresh.stats().pieces).toBe(1 + 2 + 3 + 3);
+      await fresh.remove(["3"]);
+      const after = await fresh.queryVector(pieceVector(3, 2), 4, {});
+      expect(after.map((h) => h.id)).not.toContain("3");
+      expect(fresh.stats().pieces).toBe(1 + 2 + 3);
+    });
+  });
+
   it("past the exact limit, the 1-bit scan with int8 re-scoring returns what an exact scan returns", async () => {
     await withBackend("ws_r2e", async (open) => {
       const exact = open({ exactLimit: 100_000 });
@@ -145,14 +166,16 @@ describe("R2 index backend", () => {
           const backend = open();
           let next = 1;
           const live: number[] = [];
+          // A query near one entry's piece, so that pieces decide some of the ranking.
+          const query = pieceVector(querySeed, 0);
           const snapshot = async () => {
-            const byVector = await backend.queryVector(unit(querySeed), 10, {});
+            const byVector = await backend.queryVector(query, 10, {});
             const byTerms = await backend.queryTerms([1, 2, 3], 10, {});
             return JSON.stringify([byVector, byTerms]);
           };
           for (const op of sequence) {
             if (op.kind === "write") {
-              const batch = Array.from({ length: op.n }, () => entry(next++, `D${next % 3}/f${next}`));
+              const batch = Array.from({ length: op.n }, () => pieced(next++, `D${next % 3}/f${next}`));
               await backend.write(batch);
               live.push(...batch.map((e) => Number(e.id)));
             } else if (op.kind === "remove") {
@@ -168,7 +191,7 @@ describe("R2 index backend", () => {
                 await (async () => {
                   const fresh = open();
                   return JSON.stringify([
-                    await fresh.queryVector(unit(querySeed), 10, {}),
+                    await fresh.queryVector(query, 10, {}),
                     await fresh.queryTerms([1, 2, 3], 10, {}),
                   ]);
                 })(),
@@ -176,7 +199,7 @@ describe("R2 index backend", () => {
             }
           }
           await backend.compact();
-          const hits = await backend.queryVector(unit(querySeed), 1000, {});
+          const hits = await backend.queryVector(query, 1000, {});
           expect(hits.map((h) => Number(h.id)).sort((a, b) => a - b)).toEqual([...live].sort((a, b) => a - b));
           const stats = backend.stats();
           expect(stats.entries).toBe(live.length);

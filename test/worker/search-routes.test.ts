@@ -4,6 +4,7 @@ import { workspaceStub } from "../../durable-objects/workspace-client.js";
 import { SearchResponse, SYNC_PROTOCOL, VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import { questionTermWeights } from "../../protocol/embedder/static.js";
 import { stem } from "../../protocol/embedder/tokens.js";
+import { embedderFor } from "../../workers/embedders/index.js";
 import { bundledStaticModel } from "../../workers/embedders/static-model.js";
 import { call, createAccount, expectJson, expectProblem, hex, seg, vectorKeyOf, type Account } from "./harness.js";
 
@@ -148,6 +149,41 @@ describe("indexing and search", () => {
     // Its name's terms are a field of their own, which the two callers do not have.
     for (const [path, score] of lexical) if (path !== defines) expect(mine).toBeGreaterThan(score);
     expect(answer.results[0]!.path).toBe(defines);
+  });
+
+  it("scores a chunk's vector channel by the best of its own vector and its definitions' pieces", async () => {
+    const account = await createAccount();
+    const key = vectorKeyOf();
+    const both = `${seg("p")}/${seg("a")}`;
+    const text = [
+      "export function renderMarkdownTable(rows: string[][], widths: number[]) {",
+      "  const header = rows[0].map((cell, i) => cell.padEnd(widths[i])).join(' | ');",
+      "  const rule = widths.map((w) => '-'.repeat(w)).join(' | ');",
+      "  return [header, rule, ...rows.slice(1).map((r) => r.join(' | '))].join(newline);",
+      "}",
+      "",
+      "export function revokeApiKey(keyId: string) {",
+      "  markRevoked(keyId);",
+      "}",
+    ].join("\n");
+    const id = await indexed(account, key, { [both]: text, [seg("q")]: "export const answer = 42;" });
+    const question = "revoke an api key";
+    const answer = await expectJson(await search(account, id, key, { query: question, topK: 2 }), 200, SearchResponse);
+    const hit = answer.results.find((r) => r.path === both)!;
+    // The same cosines, unkeyed (the rotation keeps them): the question's with the chunk and with each piece.
+    const embedder = embedderFor(env, "test");
+    const pieces = embedder.documentPieces!(text);
+    expect(pieces).toHaveLength(2);
+    const [q, own, ...parts] = [
+      ...(await embedder.embed([question], "query")),
+      ...(await embedder.embed([text, ...pieces], "document")),
+    ];
+    const cos = (v: Float32Array) => v.reduce((s, x, i) => s + x * q![i]!, 0);
+    expect(cos(parts[1]!)).toBeGreaterThan(cos(own!) + 0.05);
+    expect(hit.channels.vector).toBeCloseTo(Math.max(cos(own!), ...parts.map(cos)), 1);
+    expect(hit.channels.vector!).toBeGreaterThan(cos(own!) + 0.03);
+    const stats = await workspaceStub(env, id).indexStats();
+    expect(stats!.backend!.pieces).toBe(2);
   });
 
   it("weighs each word of the question by what the model learned it says", async () => {

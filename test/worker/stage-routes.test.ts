@@ -93,6 +93,22 @@ describe("staged parts of a file's chunks", () => {
     expect(await stagedRows(id)).toBe(0);
   });
 
+  it("keeps a staged chunk's definition pieces until the commit that claims it", async () => {
+    const account = await createAccount();
+    const id = await workspace(account);
+    const key = vectorKeyOf();
+    const two = `${PARTS[0]}\n${PARTS[1]}`;
+    await expectJson(await stage(account, id, key, { part: 0, chunks: [chunk(0, two)] }), 200, StageResponse);
+    const bytes = await runInDurableObject(workspaceStub(env, id), (_i, state) =>
+      state.storage.sql.exec("SELECT length(vector) AS v, length(pieces) AS p FROM staged_chunks").one(),
+    );
+    // Two pieces, each as long as the chunk's own vector.
+    expect(bytes.p).toBe(2 * Number(bytes.v));
+    await expectJson(await commit(account, id, key, { stagedParts: 1 }), 200, CommitResponse);
+    await search(account, id, key, "revoke an api key");
+    expect((await workspaceStub(env, id).indexStats())!.backend!.pieces).toBe(2);
+  });
+
   it("refuses a commit naming parts that were never staged, or staged for another hash, and commits nothing", async () => {
     const account = await createAccount();
     const id = await workspace(account);

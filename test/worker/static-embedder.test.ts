@@ -1,5 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { definedNames, definitionPieces } from "../../protocol/embedder/names.js";
 import { countWeight, ModelTokenizer, type StaticSide } from "../../protocol/embedder/static.js";
 import { embedderFor, embedderForModel } from "../../workers/embedders/index.js";
 import { StaticEmbedder } from "../../workers/embedders/static.js";
@@ -60,13 +61,21 @@ describe("the static embedder inside workerd", () => {
   it("is what EMBEDDER = builtin selects: the bundled model's name and dimensions", () => {
     const configured = embedderFor(env, "test");
     expect(configured).toBeInstanceOf(StaticEmbedder);
-    expect(configured.model).toBe("sextant-static-v2");
+    // The index it makes holds each chunk's definition pieces beside it: another index than the model's alone.
+    expect(configured.model).toBe("sextant-static-v2+pieces");
     expect(configured.dims).toBe(bundledStaticModel().dims);
     expect(Number.isInteger(Math.log2(configured.dims))).toBe(true);
   });
 
   it("answers old workspaces' model with the lexical embedder and an unknown model with none", async () => {
-    expect(embedderForModel(env, "test", "sextant-static-v2")).toBe(embedderFor(env, "test"));
+    expect(embedderForModel(env, "test", "sextant-static-v2+pieces")).toBe(embedderFor(env, "test"));
+    // An index the same model made before pieces: its questions are embedded alike, its chunks without pieces.
+    const before = embedderForModel(env, "test", "sextant-static-v2")!;
+    expect(before.model).toBe("sextant-static-v2");
+    expect(before.documentPieces).toBeUndefined();
+    expect(await before.embed(["read a file"], "query")).toEqual(
+      await embedderFor(env, "test").embed(["read a file"], "query"),
+    );
     // The first learned model's weights are not shipped beside its successor's: no embedder for it.
     expect(embedderForModel(env, "test", "sextant-static-v1")).toBeUndefined();
     const lexical = embedderForModel(env, "test", "sextant-lexical-v1");
@@ -74,6 +83,18 @@ describe("the static embedder inside workerd", () => {
     expect(lexical?.dims).toBe(512);
     expect((await lexical!.embed(["read a file"], "query"))[0]).toHaveLength(512);
     expect(embedderForModel(env, "test", "text-embedding-3-small")).toBeUndefined();
+  });
+
+  it("cuts a chunk into its definition pieces for the index, and embeds each like any code", async () => {
+    const configured = embedderFor(env, "test");
+    const chunk = `${CODE}\n\nexport function revokeAccessToken(session: Session) {\n  session.accessToken = "";\n}`;
+    const pieces = configured.documentPieces!(chunk);
+    expect(pieces).toEqual(definitionPieces(chunk));
+    expect(pieces.map((p) => definedNames(p))).toEqual([["refreshAccessToken"], ["revokeAccessToken"]]);
+    expect(configured.documentPieces!(CODE)).toEqual([]);
+    const [whole, first] = await configured.embed([chunk, pieces[0]!], "document");
+    expect(first).toEqual(await embedOne(pieces[0]!, "document"));
+    expect(whole).not.toEqual(first);
   });
 
   it("returns a unit vector of the model's dimensions per text, the same for the same text", async () => {

@@ -23,6 +23,12 @@ export interface Embedder {
    * and translation channels; absent where the model has no such notion, and every term counts 1.
    */
   questionTermWeight?(): (term: string) => number;
+  /**
+   * Parts of a chunk of code to embed beside it (`definitionPieces`: one per definition, at most
+   * `MAX_DEFINITION_PIECES`), each ranked as its chunk: a chunk scores the best of its own vector and
+   * its pieces'. Absent where the embedder indexes one vector per chunk.
+   */
+  documentPieces?(text: string): string[];
 }
 
 export type EmbedKind = "document" | "query";

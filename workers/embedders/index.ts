@@ -12,7 +12,7 @@ export { embeddingProblem } from "./problem.js";
 
 /** Each `EMBEDDER` value and how to build it from the validated settings. */
 const FACTORIES = {
-  builtin: () => new StaticEmbedder(bundledStaticModel),
+  builtin: () => new StaticEmbedder(bundledStaticModel, { pieces: true }),
   openai: (config) =>
     new OpenAIEmbedder({
       apiKey: config.EMBEDDING_API_KEY!,
@@ -47,15 +47,19 @@ export function embedderFor(env: Env, requestId: string): Embedder {
 }
 
 const lexical = new LexicalEmbedder();
+const staticAlone = new StaticEmbedder(bundledStaticModel);
 
 /**
  * The embedder that makes vectors of `model`'s space, for a workspace indexed by that model: the
- * configured one when it is that model, the retired lexical one for `sextant-lexical-v1` (workspaces
- * indexed before the learned model shipped), otherwise none this edge can run.
+ * configured one when it is that model; the bundled model without definition pieces for an index
+ * it made before pieces shipped (its questions' vectors are the same); the retired lexical one for
+ * `sextant-lexical-v1` (workspaces indexed before the learned model shipped); otherwise none this
+ * edge can run.
  */
 export function embedderForModel(env: Env, requestId: string, model: string): Embedder | undefined {
   const configured = embedderFor(env, requestId);
   if (configured.model === model) return configured;
+  if (configured instanceof StaticEmbedder && model === staticAlone.model) return staticAlone;
   return model === BUILTIN_MODEL ? lexical : undefined;
 }
 

@@ -1,3 +1,4 @@
+import { definitionPieces } from "../../protocol/embedder/names.js";
 import { embedStatic, ModelTokenizer, questionTermWeights, type StaticModel } from "../../protocol/embedder/static.js";
 import type { EmbedKind, Embedder } from "./embedder.js";
 
@@ -14,13 +15,22 @@ import type { EmbedKind, Embedder } from "./embedder.js";
  */
 export class StaticEmbedder implements Embedder {
   readonly #load: () => StaticModel;
+  readonly #pieces: boolean;
+  readonly documentPieces?: (text: string) => string[];
 
-  constructor(load: () => StaticModel) {
+  /**
+   * With `pieces`, each chunk's definition pieces are embedded beside it (`documentPieces`), and the
+   * index it makes is another than the model's alone: its name gets `PIECES_SUFFIX`, so a workspace
+   * indexed without them moves to it (its client re-sends its files) while the old index serves.
+   */
+  constructor(load: () => StaticModel, options: { pieces?: boolean } = {}) {
     this.#load = load;
+    this.#pieces = options.pieces ?? false;
+    if (this.#pieces) this.documentPieces = (text) => definitionPieces(text);
   }
 
   get model(): string {
-    return this.#load().name;
+    return this.#pieces ? `${this.#load().name}${PIECES_SUFFIX}` : this.#load().name;
   }
 
   get dims(): number {
@@ -37,3 +47,6 @@ export class StaticEmbedder implements Embedder {
     return questionTermWeights(this.#load());
   }
 }
+
+/** What an index with definition pieces adds to its model's name: `sextant-static-v2+pieces`. */
+export const PIECES_SUFFIX = "+pieces";

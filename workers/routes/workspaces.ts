@@ -150,20 +150,27 @@ async function embed(
   return { vectors, key: vectorKey(keyBytes, embedder.dims) };
 }
 
+/** A chunk's rotated vector, and its definition pieces' where the embedder makes them. */
+interface ChunkVectors {
+  vector: Float32Array;
+  pieces: Float32Array[];
+}
+
 /**
- * The rotated vector of every chunk: from the workspace's embedding cache where it already holds
+ * The rotated vectors of every chunk: from the workspace's embedding cache where it already holds
  * one for the same keyed chunk id and model (a moved file, the unchanged functions of an edited
- * one), embedded otherwise. The cache is used with remote embedders only: the built-in embedder
- * is cheaper than the lookup.
+ * one), embedded otherwise, with the chunk's definition pieces (`documentPieces`) in the same call.
+ * The cache is used with remote embedders that make no pieces only: the built-in embedder is
+ * cheaper than the lookup, and the cache holds one vector per chunk.
  */
 async function chunkVectors(
   c: Context<AppEnv>,
   stub: ReturnType<typeof workspaceStub>,
   keyBytes: Uint8Array,
   chunks: { id: string; text: string }[],
-): Promise<{ vectors: Float32Array[]; cacheModel: string | undefined; reused: number }> {
+): Promise<{ vectors: ChunkVectors[]; cacheModel: string | undefined; reused: number }> {
   const embedder = embedderFor(c.env, c.get("requestId"));
-  const cacheModel = embedsInIsolate(embedder) ? undefined : embedder.model;
+  const cacheModel = embedsInIsolate(embedder) || embedder.documentPieces ? undefined : embedder.model;
   const cached = cacheModel
     ? ((await stub.cachedVectors(
         cacheModel,
@@ -172,23 +179,24 @@ async function chunkVectors(
       )) ?? [])
     : [];
   const missing = chunks.flatMap((_, i) => (cached[i] ? [] : [i]));
-  const vectors = chunks.map((_, i) => cached[i] ?? null);
+  const vectors: (ChunkVectors | null)[] = chunks.map((_, i) => (cached[i] ? { vector: cached[i], pieces: [] } : null));
   if (missing.length > 0) {
-    const fresh = await embed(
-      c,
-      keyBytes,
-      missing.map((i) => chunks[i]!.text),
-      "document",
-    );
-    missing.forEach((i, j) => (vectors[i] = fresh.key.rotation.apply(fresh.vectors[j]!)));
+    const pieces = missing.map((i) => embedder.documentPieces?.(chunks[i]!.text) ?? []);
+    const fresh = await embed(c, keyBytes, [...missing.map((i) => chunks[i]!.text), ...pieces.flat()], "document");
+    const rotate = (v: Float32Array) => fresh.key.rotation.apply(v);
+    let next = missing.length;
+    missing.forEach((i, j) => {
+      const own = fresh.vectors.slice(next, (next += pieces[j]!.length));
+      vectors[i] = { vector: rotate(fresh.vectors[j]!), pieces: own.map(rotate) };
+    });
   }
-  return { vectors: vectors as Float32Array[], cacheModel, reused: chunks.length - missing.length };
+  return { vectors: vectors as ChunkVectors[], cacheModel, reused: chunks.length - missing.length };
 }
 
 /** A file's chunks as the index holds them: rotated vectors, and keyed terms of the text, its names and the path. */
 function indexedChunks(
   file: { path: string; language: IndexedChunk["language"]; pathTerms: number[]; chunks: ChunkUpload[] },
-  vectors: Float32Array[],
+  vectors: ChunkVectors[],
   terms: TermKey,
 ): IndexedChunk[] {
   return file.chunks.map((chunk, i) => ({
@@ -197,7 +205,8 @@ function indexedChunks(
     startLine: chunk.startLine,
     endLine: chunk.endLine,
     language: file.language,
-    vector: vectors[i]!,
+    vector: vectors[i]!.vector,
+    ...(vectors[i]!.pieces.length > 0 ? { pieces: vectors[i]!.pieces } : {}),
     terms: TermKey.withExtra(terms.chunk(chunk.text), file.pathTerms),
   }));
 }
