@@ -24,9 +24,13 @@ export interface TranslatedTerm {
 }
 
 export interface HotIndexOptions extends HotVectorsOptions {
-  /** Memory for the definition pieces' int8 vectors; past it, their scores come from the 1-bit estimate. */
+  /**
+   * Memory for the definition pieces' int8 vectors (`PIECE_INT8_BUDGET`): pieces are held while their
+   * int8 copies fit it, so that they are always scored exactly; past it, they are dropped and entries
+   * rank by their own vectors.
+   */
   pieceInt8BudgetBytes?: number;
-  /** Definition pieces held at most; past it, they are dropped and entries rank by their own vectors. */
+  /** Definition pieces held at most, if fewer than the budget holds. */
   maxPieces?: number;
   /** Postings the translation channel walks for alternatives per query (`TRANSLATION_POSTING_BUDGET`). */
   translationBudget?: number;
@@ -51,13 +55,16 @@ const B = 0.75;
 export const TRANSLATION_POSTING_BUDGET = 25_000;
 
 /**
- * Definition pieces a hot index holds at most (about 34 MB of codes and slot arrays at 128
- * dimensions, beside the entries' own), and the memory for their int8 copies (about 320,000 pieces
- * at 128 dimensions: a 100,000-chunk workspace's, at the 2.5 a chunk the dev eval's codebases reach): with the entries' own arrays and postings, a
- * workspace stays near the 100 MB the 512-dimension index took, inside a Durable Object's 128 MB.
+ * Memory for the definition pieces' int8 copies, and so how many pieces a hot index holds: 262,144
+ * at 128 dimensions, a 100,000-chunk workspace's at the 2.5 a chunk the dev eval's codebases reach
+ * with at most 3. With their codes and slot arrays (36 bytes a piece) and the entries' own arrays
+ * and postings, the index's typed arrays took 83.5 MiB at 100,000 chunks and 250,000 pieces
+ * (`npm run bench:scale`), inside a Durable Object's 128 MB; a workspace past the budget ranks by
+ * its chunks' own vectors, as one indexed without pieces does (70.7 MiB at 400,000 chunks). Held
+ * beyond it with 1-bit codes alone, a million pieces took the index to 106.5 MiB at 400,000 chunks,
+ * and their estimated scores would have been merged with the chunks' exact ones.
  */
-export const MAX_PIECES = 1_000_000;
-export const PIECE_INT8_BUDGET = 40 * 2 ** 20;
+export const PIECE_INT8_BUDGET = 32 * 2 ** 20;
 const NO_TERMS = new Uint32Array(0);
 const NO_COUNTS = new Uint16Array(0);
 
@@ -66,7 +73,7 @@ export class HotIndex extends HotVectors {
   readonly #maxPieces: number;
   /**
    * The entries' definition pieces: vectors only, each slot under its entry's id and language. Null
-   * once they outgrow `maxPieces`, for the object's lifetime.
+   * once they outgrow their budget, for the object's lifetime.
    */
   #pieces: HotVectors | null;
 
@@ -80,12 +87,14 @@ export class HotIndex extends HotVectors {
   constructor(dims: number, options: HotIndexOptions = {}) {
     super(dims, options);
     this.#translationBudget = options.translationBudget ?? TRANSLATION_POSTING_BUDGET;
-    this.#maxPieces = options.maxPieces ?? MAX_PIECES;
+    const budget = options.pieceInt8BudgetBytes ?? PIECE_INT8_BUDGET;
+    this.#maxPieces = Math.min(options.maxPieces ?? Infinity, Math.floor(budget / dims));
     this.#pieces =
       this.#maxPieces > 0
         ? new HotVectors(dims, {
             ...(options.exactLimit !== undefined ? { exactLimit: options.exactLimit } : {}),
-            int8BudgetBytes: options.pieceInt8BudgetBytes ?? PIECE_INT8_BUDGET,
+            // One piece more than held, so the int8 copy outlives every piece it scores.
+            int8BudgetBytes: (this.#maxPieces + 1) * dims,
             maxPostings: 0,
           })
         : null;
@@ -106,7 +115,9 @@ export class HotIndex extends HotVectors {
     if (!pieces || !entry.pieces?.length) return;
     for (const piece of entry.pieces)
       pieces.add({ id: entry.id, language: entry.language, ...piece, termIds: NO_TERMS, termCounts: NO_COUNTS });
-    if (pieces.size > this.#maxPieces) this.#pieces = null;
+    // Past the budget (or tombstones awaiting compaction pushing the int8 copy out), pieces would be
+    // scored by their 1-bit estimate beside the entries' exact scores: dropped instead.
+    if (pieces.size > this.#maxPieces || !pieces.exact) this.#pieces = null;
   }
 
   override remove(id: number): boolean {

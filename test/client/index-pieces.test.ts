@@ -120,11 +120,23 @@ describe("definition pieces in the hot index", () => {
   });
 
   it("past its budget of pieces, drops them all and ranks entries by their own vectors", () => {
-    const hot = new HotIndex(DIMS, { maxPieces: 10 });
+    // Room for the int8 copies of 10 pieces.
+    const hot = new HotIndex(DIMS, { pieceInt8BudgetBytes: 10 * DIMS });
     for (let i = 1; i <= 3; i++) hot.add(raw(i, 3));
     expect(hot.pieceCount).toBe(9);
     hot.add(raw(4, 2));
     expect(hot.pieceCount).toBeNull();
+    // Nor are they held when tombstones awaiting compaction leave their int8 copies no room.
+    const churned = new HotIndex(DIMS, { pieceInt8BudgetBytes: 20 * DIMS });
+    for (let i = 1; i <= 6; i++) churned.add(raw(i, 3));
+    churned.remove(1);
+    churned.remove(2);
+    expect(churned.pieceCount).toBe(12);
+    churned.add(raw(1, 3));
+    expect(churned.pieceCount).toBe(15);
+    // 18 pieces, within the budget of 20, in 24 slots: the int8 copy no longer holds them all.
+    churned.add(raw(2, 3));
+    expect(churned.pieceCount).toBeNull();
     const query = unit(2 * 10 + 1 + 100_000);
     const want = bruteForce(
       [1, 2, 3, 4].map((i) => raw(i, 0)),

@@ -2,7 +2,9 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { workspaceStub } from "../../durable-objects/workspace-client.js";
+import { parseCommit } from "../../durable-objects/commit.js";
 import { R2Backend } from "../../durable-objects/r2-backend.js";
+import { InvalidRpcInput } from "../../durable-objects/workspace-rpc.js";
 import type { BackendEntry } from "../../durable-objects/index-backend.js";
 import type { HotIndexOptions } from "../../durable-objects/hot-index.js";
 import type { IndexedChunk } from "../../durable-objects/workspace.js";
@@ -209,6 +211,31 @@ describe("R2 index backend", () => {
       ),
       { numRuns: 25 },
     );
+  });
+
+  it("refuses a chunk's pieces the index cannot hold: more than 3, or of another size than its vector", async () => {
+    const stub = workspaceStub(env, "ws_r2pieces");
+    await stub.init({ workspaceId: "ws_r2pieces", orgId: "org_t", createdAt: new Date().toISOString() });
+    const path = "p".padEnd(43, "A");
+    const chunk = (pieces: Float32Array[]): IndexedChunk => ({
+      path,
+      chunkId: "1".padStart(64, "0"),
+      startLine: 1,
+      endLine: 5,
+      language: "typescript",
+      vector: unit(1),
+      terms: terms([1, 1]),
+      pieces,
+    });
+    const tree = { upserts: [{ path, hash: "1".padStart(64, "0"), size: 1 }], deletes: [] };
+    // What the object's commit checks first (`parseCommit`), before it reads or writes anything.
+    expect(() => parseCommit(tree, [chunk([0, 1, 2, 3].map((p) => pieceVector(1, p)))], {})).toThrow(InvalidRpcInput);
+    expect(() => parseCommit(tree, [chunk([new Float32Array(64).fill(0.125)])], {})).toThrow(
+      /pieces must have its vector's dimensions/,
+    );
+    await stub.commit(tree, [chunk([0, 1, 2].map((p) => pieceVector(1, p)))]);
+    await stub.search({ vector: unit(1), terms: [], topK: 1 });
+    expect((await stub.indexStats())!.backend!.pieces).toBe(3);
   });
 
   it("a commit that leaves sparse segments sets the alarm, and the alarm compacts them without changing search", async () => {
