@@ -11,7 +11,7 @@ import { MAX_DEFINITION_PIECES } from "../protocol/embedder/names.js";
 import { TRANSLATION_MU, TRANSLATION_SELF } from "../protocol/embedder/translation.js";
 import type { HotEntry } from "./hot-slots.js";
 import { HotVectors, type HotFilter, type HotHit, type HotVectorsOptions } from "./hot-vectors.js";
-import { TopK } from "./top-k.js";
+import { bestPerId, TopK } from "./top-k.js";
 
 export type { HotEntry } from "./hot-slots.js";
 export type { HotFilter, HotHit } from "./hot-vectors.js";
@@ -30,8 +30,6 @@ export interface HotIndexOptions extends HotVectorsOptions {
    * rank by their own vectors.
    */
   pieceInt8BudgetBytes?: number;
-  /** Definition pieces held at most, if fewer than the budget holds. */
-  maxPieces?: number;
   /** Postings the translation channel walks for alternatives per query (`TRANSLATION_POSTING_BUDGET`). */
   translationBudget?: number;
 }
@@ -49,8 +47,8 @@ const B = 0.75;
 /**
  * Postings the translation channel walks for its alternatives, at most, per query, shared equally
  * among the question's words. At 100,000 chunks a translated search then took about 2 ms more than a
- * two-channel one (`npm run bench:scale`; at 50,000 the p95 was 1.13x). The dev eval's codebases never reach it; in larger ones each word's lightest
- * alternatives past its share are skipped.
+ * two-channel one (`npm run bench:scale`; at 50,000 the p95 was 1.13x). The dev eval's codebases
+ * never reach it; in larger ones each word's lightest alternatives past its share are skipped.
  */
 export const TRANSLATION_POSTING_BUDGET = 25_000;
 
@@ -87,8 +85,7 @@ export class HotIndex extends HotVectors {
   constructor(dims: number, options: HotIndexOptions = {}) {
     super(dims, options);
     this.#translationBudget = options.translationBudget ?? TRANSLATION_POSTING_BUDGET;
-    const budget = options.pieceInt8BudgetBytes ?? PIECE_INT8_BUDGET;
-    this.#maxPieces = Math.min(options.maxPieces ?? Infinity, Math.floor(budget / dims));
+    this.#maxPieces = Math.floor((options.pieceInt8BudgetBytes ?? PIECE_INT8_BUDGET) / dims);
     this.#pieces =
       this.#maxPieces > 0
         ? new HotVectors(dims, {
@@ -136,25 +133,18 @@ export class HotIndex extends HotVectors {
    * own vectors or its best piece among the best `k × MAX_DEFINITION_PIECES` pieces (fewer than `k`
    * entries, with at most that many pieces each, can beat it), so both are asked for that many and
    * merged: exact where the scans are. Past `exactLimit` pieces, the 1-bit scan re-scores as many
-   * of the pieces as of the entries (16 per result): re-scoring four times as many (at most 4 pieces
-   * a chunk then) made the vector channel at 100,000 chunks and 300,000 pieces 1.3 times slower (7.8
-   * against 5.9 ms in Node).
+   * of the pieces as of the entries (16 per result): re-scoring as many as the bound asks made a
+   * search at 100,000 chunks and 300,000 pieces 1.30x the old embedder's at p50 (`npm run
+   * bench:scale`, one run of a build with at most 4 pieces; README).
    */
   queryVector(query: Float32Array, k: number, filter: HotFilter = {}): HotHit[] {
     const own = this.nearest(query, k, filter);
     const pieces = this.#pieces;
     if (!pieces || pieces.size === 0) return own;
     if (filter.mask && !filter.pieceMask) throw new Error("A masked query needs the pieces' mask too (filterOf).");
-    const best = new Map<number, number>();
-    for (const { id, score } of own) best.set(id, score);
     const pieceFilter = { ...(filter.pieceMask ? { mask: filter.pieceMask } : {}), language: filter.language };
     const candidates = Math.max(k * 16, 256);
-    for (const { id, score } of pieces.nearest(query, k * MAX_DEFINITION_PIECES, pieceFilter, candidates))
-      if (score > (best.get(id) ?? -Infinity)) best.set(id, score);
-    return [...best]
-      .map(([id, score]) => ({ id, score }))
-      .sort((a, b) => b.score - a.score || a.id - b.id)
-      .slice(0, k);
+    return bestPerId([...own, ...pieces.nearest(query, k * MAX_DEFINITION_PIECES, pieceFilter, candidates)], k);
   }
 
   /**

@@ -59,3 +59,19 @@ export class TopK {
     return out.sort((a, b) => b.score - a.score || this.keys[a.item]! - this.keys[b.item]!);
   }
 }
+
+/**
+ * Hits of rankings over the same ids taken as one (an entry's own vector and its pieces'): each id
+ * at its best score, the best `k`, highest first, ties to the smaller id.
+ */
+export function bestPerId<Id extends number | string>(
+  hits: Iterable<{ id: Id; score: number }>,
+  k: number,
+): { id: Id; score: number }[] {
+  const best = new Map<Id, number>();
+  for (const { id, score } of hits) if (score > (best.get(id) ?? -Infinity)) best.set(id, score);
+  return [...best]
+    .map(([id, score]) => ({ id, score }))
+    .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .slice(0, k);
+}

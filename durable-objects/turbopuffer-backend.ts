@@ -11,6 +11,7 @@ import { z } from "zod";
 import { MAX_DEFINITION_PIECES } from "../protocol/embedder/names.js";
 import type { TranslatedTerm } from "./hot-index.js";
 import type { BackendEntry, BackendFilter, BackendHit, IndexBackend } from "./index-backend.js";
+import { bestPerId } from "./top-k.js";
 import { termTokens, translationBm25, weightedBm25, type TermsRanking } from "./turbopuffer-ranking.js";
 
 /**
@@ -85,8 +86,8 @@ export class TurbopufferBackendError extends Error {
   }
 }
 
-/** The namespace beside a backend's that holds its entries' definition pieces. */
-export const PIECES_SUFFIX = ".pieces";
+/** The name of the namespace beside a backend's that holds its entries' definition pieces: `<namespace>.pieces`. */
+export const PIECES_NAMESPACE_SUFFIX = ".pieces";
 
 /**
  * An index backend on a Turbopuffer namespace: one row per entry with its vector, the encrypted
@@ -145,7 +146,7 @@ export class TurbopufferBackend implements IndexBackend {
       compression: true,
     });
     this.#ns = client.namespace(namespace);
-    this.#piecesName = `${namespace}${PIECES_SUFFIX}`;
+    this.#piecesName = `${namespace}${PIECES_NAMESPACE_SUFFIX}`;
     this.#piecesNs = client.namespace(this.#piecesName);
     this.#requestOptions = maxRetries === undefined ? {} : { maxRetries };
     this.#schema = {
@@ -263,17 +264,12 @@ export class TurbopufferBackend implements IndexBackend {
         : this.#query("queryVector", k * MAX_DEFINITION_PIECES, filter, rankBy, this.#piecesNs),
     ]);
     if (pieceRows === null) this.#piecesExist = false;
-    const best = new Map<string, number>();
-    for (const row of rows) best.set(row.id, 1 - row.$dist);
-    for (const row of pieceRows ?? []) {
-      const id = row.id.slice(0, row.id.lastIndexOf("."));
-      const score = 1 - row.$dist;
-      if (score > (best.get(id) ?? -Infinity)) best.set(id, score);
-    }
-    return [...best]
-      .map(([id, score]) => ({ id, score }))
-      .sort((a, b) => b.score - a.score)
-      .slice(0, k);
+    // A piece's row id is its entry's id and its place (`pieceId`).
+    const hits = [
+      ...rows.map((row) => ({ id: row.id, score: 1 - row.$dist })),
+      ...(pieceRows ?? []).map((row) => ({ id: row.id.slice(0, row.id.lastIndexOf(".")), score: 1 - row.$dist })),
+    ];
+    return bestPerId(hits, k);
   }
 
   /**

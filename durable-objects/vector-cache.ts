@@ -6,6 +6,8 @@
  * Rows whose chunk is no longer indexed are pruned after a retention period; rows of live chunks
  * stay. Stored int8 with a scale, like the index's segments.
  */
+import { quantizeVector } from "./segment.js";
+
 const IN_BATCH = 90;
 
 export class VectorCache {
@@ -46,10 +48,7 @@ export class VectorCache {
   put(model: string, chunks: readonly { chunkId: string; vector: Float32Array }[]): void {
     const now = Date.now();
     for (const { chunkId, vector } of chunks) {
-      let max = 0;
-      for (const x of vector) max = Math.max(max, Math.abs(x));
-      const scale = max > 0 ? max / 127 : 1;
-      const int8 = Int8Array.from(vector, (x) => Math.round(x / scale));
+      const { scale, int8 } = quantizeVector(vector, vector.length);
       this.sql.exec(
         "INSERT OR REPLACE INTO vector_cache (chunk_id, model, scale, vector, used_at) VALUES (?, ?, ?, ?, ?)",
         chunkId,

@@ -190,6 +190,9 @@ export interface EdgeScores {
    * pieces' (`definitionPieces`, at most 3): each definition's words kept apart in a vector of its own.
    */
   pieces: number;
+  /** The codebase's chunks, and the vectors the index holds for them: their own and their pieces'. */
+  chunks: number;
+  vectors: number;
 }
 
 /**
@@ -264,6 +267,8 @@ export function evaluateEdge(
     threeChannels: new Map([...three].map(([w, r]) => [w, score(r).mrrAt10])),
     translationAsBm25: score(ranks.asBm25).mrrAt10,
     pieces: score(ranks.pieces).mrrAt10,
+    chunks: codebase.chunks.length,
+    vectors: codebase.chunks.length + pieceVectors.reduce((n, p) => n + p.length, 0),
   };
 }
 
@@ -280,6 +285,8 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     threeChannels: new Map(weights.map((w) => [w, mean((r) => r.threeChannels.get(w)!)])),
     translationAsBm25: mean((r) => r.translationAsBm25),
     pieces: mean((r) => r.pieces),
+    chunks: perCodebase.reduce((sum, r) => sum + r.chunks, 0),
+    vectors: perCodebase.reduce((sum, r) => sum + r.vectors, 0),
   };
   const rows = perCodebase.length > 1 ? [...perCodebase, all] : perCodebase;
   const cell = (v: number, base: number) => `${v.toFixed(3)} (${(v / base).toFixed(2)}x)`;
@@ -293,6 +300,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     ...weights.map((w) => `+translation w=${w}`),
     "+translation as BM25",
     "+definition pieces",
+    "vectors/chunk",
   ];
   const lines = rows.map((r) => [
     r.label,
@@ -304,6 +312,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     ...weights.map((w) => cell(r.threeChannels.get(w)!, r.bm25)),
     cell(r.translationAsBm25, r.bm25),
     cell(r.pieces, r.bm25),
+    (r.vectors / r.chunks).toFixed(2),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   return [head, ...lines].map((l) => l.map((c, i) => c.padEnd(widths[i]!)).join("  ")).join("\n");

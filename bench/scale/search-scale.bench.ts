@@ -35,7 +35,8 @@ const VOCABULARY = 200_000;
 const NAME_TERMS = 4;
 /**
  * Definition pieces of the new shape's chunk `i` (its index holds each chunk's pieces beside it): 2 or
- * 3 in turn, 2.5 a chunk, the most the dev eval's codebases average (1.4 to 2.5, at most 3 a chunk).
+ * 3 in turn, 2.5 a chunk, the most the dev eval's codebases average (1.4 to 2.5, at most 3 a chunk;
+ * `npm run eval:dev`'s "vectors/chunk" less the chunk's own).
  */
 const piecesOf = (i: number) => 2 + (i % 2);
 /** The names' field's ids, apart from the body terms' as a keyed prefix keeps them. */

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BackendEntry, BackendFilter } from "../../durable-objects/index-backend.js";
 import {
-  PIECES_SUFFIX,
+  PIECES_NAMESPACE_SUFFIX,
   TurbopufferBackend,
   TurbopufferBackendError,
   type TurbopufferBackendOptions,
@@ -503,7 +503,7 @@ describe("TurbopufferBackend against the stand-in", () => {
   it("sends only ids, vectors, encrypted paths, languages and term tokens, with the key as a bearer token", async () => {
     const index = backend();
     const requests = recorder(index.namespace);
-    const pieceRequests = recorder(`${index.namespace}${PIECES_SUFFIX}`);
+    const pieceRequests = recorder(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`);
     const { entries, dirs, next } = corpus(12, 10);
     await index.write(entries);
     await index.queryVector(unitVector(next), 3, { pathPrefix: dirs.dirA, language: "go" });
@@ -556,7 +556,7 @@ describe("TurbopufferBackend against the stand-in", () => {
     expect(sent[4]!.body).toBeUndefined();
     // Entries without pieces: the first write finds that the pieces' namespace does not exist, and
     // nothing more is asked of it until destroy.
-    const pieces = `${index.namespace}${PIECES_SUFFIX}`;
+    const pieces = `${index.namespace}${PIECES_NAMESPACE_SUFFIX}`;
     expect(pieceRequests().map((r) => `${r.method} ${r.url} ${r.status}`)).toEqual([
       `POST /v2/namespaces/${pieces} 404`,
       `DELETE /v2/namespaces/${pieces} 404`,
@@ -574,7 +574,7 @@ describe("TurbopufferBackend against the stand-in", () => {
       ...(i % 4 ? { pieces: Array.from({ length: i % 4 }, () => unitVector(next)) } : {}),
     }));
     await index.write(entries);
-    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(60);
+    expect(tpuf.documents(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`)).toHaveLength(60);
     const best = (query: Float32Array, filter: BackendFilter = {}) =>
       nearest(
         entries.flatMap((e) => [e, ...(e.pieces ?? []).map((vector) => ({ ...e, vector }))]),
@@ -594,12 +594,12 @@ describe("TurbopufferBackend against the stand-in", () => {
     // Written again with one piece, removed, destroyed: the pieces' rows go with their entry.
     const fresh = backend({ namespace: index.namespace });
     await fresh.write([{ ...entries[15]!, pieces: [entries[15]!.pieces![0]!] }]);
-    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(58);
+    expect(tpuf.documents(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`)).toHaveLength(58);
     await fresh.remove([entries[15]!.id]);
     expect((await fresh.queryVector(target, 1, {}))[0]!.id).not.toBe(entries[15]!.id);
-    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toHaveLength(57);
+    expect(tpuf.documents(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`)).toHaveLength(57);
     await fresh.destroy();
-    expect(tpuf.documents(`${index.namespace}${PIECES_SUFFIX}`)).toBeUndefined();
+    expect(tpuf.documents(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`)).toBeUndefined();
     expect(tpuf.documents(index.namespace)).toBeUndefined();
   });
 });
@@ -616,10 +616,10 @@ describe("TurbopufferBackend errors", () => {
     );
     expect(requests()).toHaveLength(1);
     // A write's first request, to the pieces' namespace, fails the same way and stops it.
-    const pieces = recorder(`${index.namespace}${PIECES_SUFFIX}`);
+    const pieces = recorder(`${index.namespace}${PIECES_NAMESPACE_SUFFIX}`);
     const failed = await index.write(corpus(1).entries).catch((e: unknown) => e);
     expect((failed as Error).message).toBe(
-      `Turbopuffer write on namespace ${index.namespace}${PIECES_SUFFIX} failed with 401: unauthorized: invalid API key`,
+      `Turbopuffer write on namespace ${index.namespace}${PIECES_NAMESPACE_SUFFIX} failed with 401: unauthorized: invalid API key`,
     );
     expect(pieces()).toHaveLength(1);
     expect(requests()).toHaveLength(1);

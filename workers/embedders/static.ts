@@ -15,7 +15,6 @@ import type { EmbedKind, Embedder } from "./embedder.js";
  */
 export class StaticEmbedder implements Embedder {
   readonly #load: () => StaticModel;
-  readonly #pieces: boolean;
   readonly documentPieces?: (text: string) => string[];
 
   /**
@@ -25,12 +24,11 @@ export class StaticEmbedder implements Embedder {
    */
   constructor(load: () => StaticModel, options: { pieces?: boolean } = {}) {
     this.#load = load;
-    this.#pieces = options.pieces ?? false;
-    if (this.#pieces) this.documentPieces = (text) => definitionPieces(text);
+    if (options.pieces) this.documentPieces = (text) => definitionPieces(text);
   }
 
   get model(): string {
-    return this.#pieces ? `${this.#load().name}${PIECES_SUFFIX}` : this.#load().name;
+    return this.documentPieces ? `${this.#load().name}${PIECES_SUFFIX}` : this.#load().name;
   }
 
   get dims(): number {
