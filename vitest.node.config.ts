@@ -2,12 +2,21 @@ import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 
 /**
- * Files that run after the rest, one at a time: the benchmarks' smoke runs, which load the machine
- * themselves (edges, sandboxes, floods of requests) and whose figures mean most on a machine doing
- * nothing else; and the lake's end-to-end test (README, "Development": its queue has stalled in
- * two full runs, and running beside another file is one way those runs differed from its own).
+ * The benchmarks' smoke runs, after the Node tests and two files at a time: they load the machine
+ * themselves (edges, sandboxes, floods of requests), so they run beside each other and nothing else.
  */
-export const ALONE = ["test/e2e/bench-smoke.test.ts", "test/e2e/lake.test.ts"];
+export const BENCH_SMOKE = [
+  "test/e2e/bench-smoke.test.ts",
+  "test/e2e/bench-smoke-gateway.test.ts",
+  "test/e2e/bench-smoke-agents.test.ts",
+];
+
+/**
+ * Files that run after everything else, one at a time: the lake's end-to-end test (README,
+ * "Development": its queue has stalled in two full runs, and running beside another file is one way
+ * those runs differed from its own).
+ */
+export const ALONE = ["test/e2e/lake.test.ts"];
 
 /** The client SDK and CLI in Node, and end-to-end runs against a real local edge. */
 export function nodeProject(
@@ -38,7 +47,7 @@ export function nodeProject(
 // Two files at a time even on two cores (vitest's default there is one): most of an end-to-end
 // file's time goes to waiting on the processes it starts (an edge, the CLI, a sandbox).
 export default nodeProject("node", {
-  exclude: ALONE,
+  exclude: [...BENCH_SMOKE, ...ALONE],
   maxWorkers: Math.max(2, availableParallelism() - 1),
   groupOrder: 1,
 });

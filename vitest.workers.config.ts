@@ -1,4 +1,5 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
+import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 
 function testLimits() {
@@ -86,6 +87,9 @@ export default defineConfig(async () => {
     ],
     test: {
       name: "worker",
+      // Two files at a time even on two cores (vitest's default there is one): each file starts a
+      // runtime of its own, and that start, not the file's tests, is most of a file's time.
+      maxWorkers: Math.max(2, availableParallelism() - 1),
       include: ["test/worker/**/*.test.ts"],
       sequence: { groupOrder: 0 },
       setupFiles: ["./test/worker/setup.ts"],
