@@ -39,8 +39,10 @@ export interface ColdStartRow {
   startMs: number;
   firstEmbedMs: number;
   warmEmbedMs: number;
-  /** µs per 1,200-character chunk, warm. */
+  /** µs per 1,200-character chunk, warm, its definition pieces included. */
   perChunkUs: number;
+  /** Vectors made per chunk: 1, or 1 and its definition pieces'. */
+  vectorsPerChunk: number;
 }
 
 export interface EmbedderColdStartFigures {
@@ -120,10 +122,14 @@ async function startProbe(script: string, model: ModelFiles): Promise<Miniflare>
   return mf;
 }
 
-async function embed(mf: Miniflare, embedder: ProbeEmbedder, chunks: number): Promise<{ model: string; dims: number }> {
+async function embed(
+  mf: Miniflare,
+  embedder: ProbeEmbedder,
+  chunks: number,
+): Promise<{ model: string; dims: number; vectors: number }> {
   const response = await mf.dispatchFetch(`http://probe/?embedder=${embedder}&chunks=${chunks}`);
   if (!response.ok) throw new Error(`The probe answered ${response.status}: ${await response.text()}`);
-  return (await response.json()) as { model: string; dims: number };
+  return (await response.json()) as { model: string; dims: number; vectors: number };
 }
 
 export async function runEmbedderColdStart(
@@ -157,6 +163,7 @@ export async function runEmbedderColdStart(
   try {
     for (const embedder of ["static", "lexical"] as const) {
       const { model, dims } = await embed(mf, embedder, 10);
+      const { vectors } = await embed(mf, embedder, chunks);
       const none: number[] = [];
       const many: number[] = [];
       for (let i = 0; i < 5; i++) {
@@ -172,6 +179,7 @@ export async function runEmbedderColdStart(
         firstEmbedMs: median(c.first),
         warmEmbedMs: median(c.warm),
         perChunkUs: ((median(many) - median(none)) * 1000) / chunks,
+        vectorsPerChunk: vectors / chunks,
       });
     }
   } finally {
@@ -186,7 +194,7 @@ export function reportEmbedderColdStart(f: EmbedderColdStartFigures): string {
     `embedder cold start: a fresh workerd to the first embedded chunk, median of ${f.runs} each (model of ${f.terms.toLocaleString("en-US")} terms, weights ${(f.weightsBytes / 1024).toFixed(0)} KiB); per chunk over ${f.chunks.toLocaleString("en-US")} chunks of 1,200 characters, warm`,
     ...f.rows.map(
       (r) =>
-        `  ${r.embedder.padEnd(8)} ${`${r.model} (${r.dims} dims)`.padEnd(30)} start ${ms(r.startMs)}, first embed ${ms(r.firstEmbedMs)} (warm ${ms(r.warmEmbedMs)}, so ${ms(r.firstEmbedMs - r.warmEmbedMs)} on first use), start to first chunk ${ms(r.startMs + r.firstEmbedMs)}; ${r.perChunkUs.toFixed(0)} µs per chunk`,
+        `  ${r.embedder.padEnd(8)} ${`${r.model} (${r.dims} dims)`.padEnd(30)} start ${ms(r.startMs)}, first embed ${ms(r.firstEmbedMs)} (warm ${ms(r.warmEmbedMs)}, so ${ms(r.firstEmbedMs - r.warmEmbedMs)} on first use), start to first chunk ${ms(r.startMs + r.firstEmbedMs)}; ${r.perChunkUs.toFixed(0)} µs per chunk (${r.vectorsPerChunk.toFixed(2)} vectors)`,
     ),
   ].join("\n");
 }

@@ -4,13 +4,14 @@
  * deployment ships them). `GET /?embedder=static|lexical&chunks=N` embeds N chunks of 1,200
  * characters, cut at different offsets from the source file in the binding SOURCE, and answers when
  * done. The chunks are made here rather than sent, so that a request's time is the embedding's,
- * not the upload's.
+ * not the upload's. The static embedder is the edge's built-in one, which embeds each chunk's
+ * definition pieces in the same call as the chunk (`chunkVectors` in `workers/routes/workspaces.ts`).
  */
 import { LexicalEmbedder } from "../../workers/embedders/builtin.ts";
 import { StaticEmbedder } from "../../workers/embedders/static.ts";
 import { bundledStaticModel } from "../../workers/embedders/static-model.ts";
 
-const embedders = { static: new StaticEmbedder(bundledStaticModel), lexical: new LexicalEmbedder() };
+const embedders = { static: new StaticEmbedder(bundledStaticModel, { pieces: true }), lexical: new LexicalEmbedder() };
 const CHUNK_CHARS = 1200;
 
 function chunks(source, n) {
@@ -23,7 +24,9 @@ export default {
     const url = new URL(request.url);
     const embedder = embedders[url.searchParams.get("embedder") ?? ""];
     if (!embedder) return new Response("embedder must be static or lexical", { status: 400 });
-    const vectors = await embedder.embed(chunks(env.SOURCE, Number(url.searchParams.get("chunks") ?? 1)), "document");
+    const texts = chunks(env.SOURCE, Number(url.searchParams.get("chunks") ?? 1));
+    const pieces = texts.flatMap((text) => embedder.documentPieces?.(text) ?? []);
+    const vectors = await embedder.embed([...texts, ...pieces], "document");
     return Response.json({ model: embedder.model, dims: embedder.dims, vectors: vectors.length });
   },
 };

@@ -3,6 +3,7 @@ import { writeFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { report, runAuthCacheBench } from "../../bench/auth-cache.js";
 import { reportEditSearchable, runEditSearchable } from "../../bench/edit-searchable.js";
+import { reportEmbedderColdStart, runEmbedderColdStart } from "../../bench/embedder-coldstart.js";
 import { reportCliStartup, runCliStartup } from "../../bench/cli-startup.js";
 import { gcPauses, reportPauses, unattributed } from "../../bench/gateway-pauses.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
@@ -70,6 +71,19 @@ describe("benchmarks (smoke)", () => {
     expect(figures.deviceRunsMs).toHaveLength(3);
     expect(reportThroughput(figures)).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
   }, 180_000);
+
+  it("embedder-coldstart times a fresh workerd to the first chunk, pieces included, beside the lexical embedder", async () => {
+    const figures = await runEmbedderColdStart(1, 20);
+    expect(figures.rows.map((r) => r.embedder)).toEqual(["static", "lexical"]);
+    const [built, lexical] = figures.rows;
+    expect(built!.model).toMatch(/^sextant-static-v\d+\+pieces$/);
+    // Chunks cut from real code hold several definitions: the built-in embedder embeds their pieces too.
+    expect(built!.vectorsPerChunk).toBeGreaterThan(1);
+    expect(lexical!.vectorsPerChunk).toBe(1);
+    expect(reportEmbedderColdStart(figures)).toMatch(
+      /static +sextant-static-v\d+\+pieces \(128 dims\) +start [\d.]+ ms, .*start to first chunk [\d.]+ ms; -?\d+ µs per chunk \([\d.]+ vectors\)/,
+    );
+  }, 120_000);
 
   it("pauses finds collection pauses on the busiest thread of perf's samples, and says when it cannot", () => {
     // Samples 0.5 ms apart (2,000 Hz): three runs of collector frames on thread 7 (the last two
