@@ -1,4 +1,4 @@
 import { BENCH_SMOKE, nodeProject } from "./vitest.node.config.js";
 
-/** The benchmarks' smoke runs, after the Node tests, two files at a time. */
-export default nodeProject("node-bench", { include: BENCH_SMOKE, maxWorkers: 2, groupOrder: 2 });
+/** The benchmarks' smoke runs, after everything else, two files at a time. */
+export default nodeProject("node-bench", { include: BENCH_SMOKE, maxWorkers: 2, groupOrder: 3 });

@@ -2,8 +2,8 @@ import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 
 /**
- * The benchmarks' smoke runs, after the Node tests and two files at a time: they load the machine
- * themselves (edges, sandboxes, floods of requests), so they run beside each other and nothing else.
+ * The benchmarks' smoke runs, last and two files at a time: they load the machine themselves (edges,
+ * sandboxes, floods of requests), so they run beside each other and nothing else.
  */
 export const BENCH_SMOKE = [
   "test/e2e/bench-smoke.test.ts",
@@ -12,9 +12,9 @@ export const BENCH_SMOKE = [
 ];
 
 /**
- * Files that run after everything else, one at a time: the lake's end-to-end test (README,
- * "Development": its queue has stalled in two full runs, and running beside another file is one way
- * those runs differed from its own).
+ * Files that run by themselves, after the Node tests and before the benchmarks' smoke runs: the
+ * lake's end-to-end test (README, "Development": its queue stalled in three full runs, each time
+ * beside or right after the smoke runs).
  */
 export const ALONE = ["test/e2e/lake.test.ts"];
 

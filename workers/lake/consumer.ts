@@ -117,10 +117,34 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
   if (every && ++batches % every === 0) {
     console.error(JSON.stringify({ level: "warn", message: "lake batch redelivered on purpose (LAKE_FAULT_EVERY)" }));
     batch.retryAll({ delaySeconds: 0 });
+    consumed(batch, groups.size, failed.size, pending.size);
     return;
   }
+  let retried = 0;
   for (const [message, names] of pending) {
-    if ([...names].some((n) => failed.has(n))) message.retry({ delaySeconds: backoff(message.attempts) });
-    else message.ack();
+    if ([...names].some((n) => failed.has(n))) {
+      message.retry({ delaySeconds: backoff(message.attempts) });
+      retried++;
+    } else message.ack();
   }
+  consumed(batch, groups.size, failed.size, retried);
+}
+
+/**
+ * One line as the consumer returns a batch, counts only: with the queue's own line for the batch
+ * (Miniflare's `QUEUE <name> acked/total`, once the delivery returns), it tells a consumer that never
+ * returned from a delivery that never came back.
+ */
+function consumed(batch: MessageBatch<unknown>, partitions: number, failed: number, retried: number): void {
+  console.log(
+    JSON.stringify({
+      level: "info",
+      message: "lake batch consumed",
+      queue: batch.queue,
+      messages: batch.messages.length,
+      partitions,
+      failed,
+      retried,
+    }),
+  );
 }
