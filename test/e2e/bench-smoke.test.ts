@@ -7,6 +7,7 @@ import { reportEmbedderColdStart, runEmbedderColdStart } from "../../bench/embed
 import { reportCliStartup, runCliStartup } from "../../bench/cli-startup.js";
 import { gcPauses, reportPauses, unattributed } from "../../bench/gateway-pauses.js";
 import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
+import { reportPiecesRecall, runPiecesRecall } from "../../bench/pieces-recall.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
 import { reportSyncCost, runSyncCost } from "../../bench/sync-cost.js";
@@ -84,6 +85,32 @@ describe("benchmarks (smoke)", () => {
       /static +sextant-static-v\d+\+pieces \(128 dims\) +start [\d.]+ ms, .*start to first chunk [\d.]+ ms; -?\d+ µs per chunk \([\d.]+ vectors\)/,
     );
   }, 120_000);
+
+  it("pieces-recall compares the approximate vector search with the exact one, with and without pieces", () => {
+    const verbs = ["parse", "render", "merge", "flush", "encode", "resolve", "schedule", "validate"];
+    const nouns = ["invoice", "ledger", "session", "token", "segment", "manifest", "cursor", "buffer"];
+    const pairs = Array.from({ length: 1000 }, (_, i) => {
+      const verb = verbs[i % verbs.length]!;
+      const noun = nouns[Math.floor(i / verbs.length) % nouns.length]!;
+      return {
+        query: `${verb} the ${noun} and return it`,
+        code: `function ${verb}${noun[0]!.toUpperCase()}${noun.slice(1)}${i}(${noun}) {\n  return ${verb}(${noun}, ${i});\n}`,
+        package: `pkg-${i % 4}`,
+      };
+    });
+    // A low exact limit, so that the 1-bit scan runs at this size.
+    const figures = runPiecesRecall(pairs, { queries: 20, exactLimit: 16 });
+    expect(figures.chunks).toBeGreaterThan(16);
+    expect(figures.pieces).toBeGreaterThan(figures.chunks);
+    for (const row of figures.rows)
+      for (const share of [row.recall, row.sameFirst, row.recallWithoutPieces, row.sameFirstWithoutPieces]) {
+        expect(share).toBeGreaterThanOrEqual(0);
+        expect(share).toBeLessThanOrEqual(1);
+      }
+    expect(reportPiecesRecall(figures)).toMatch(
+      /top 10: with pieces [\d.]+ of the exact top 10, same first hit [\d.]+; without pieces [\d.]+, same first hit [\d.]+/,
+    );
+  });
 
   it("pauses finds collection pauses on the busiest thread of perf's samples, and says when it cannot", () => {
     // Samples 0.5 ms apart (2,000 Hz): three runs of collector frames on thread 7 (the last two
