@@ -12,7 +12,6 @@
  * both put the same chunk first; then the same for indexes without pieces, the baseline.
  */
 import { readFileSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
@@ -21,6 +20,8 @@ import { quantizeVector } from "../durable-objects/segment.js";
 import { definitionPieces } from "../protocol/embedder/names.js";
 import { embedStatic, ModelTokenizer, parseStaticModel } from "../protocol/embedder/static.js";
 import { VectorKey } from "../protocol/vector-key.js";
+import { defaultWorkdir } from "../train/data.js";
+import { readPairs, type Pair } from "../train/trainer.js";
 import { rng } from "./code-fixture.js";
 
 const MODEL = new URL("../protocol/embedder/model/", import.meta.url);
@@ -43,12 +44,6 @@ export interface PiecesRecallFigures {
   queries: number;
   exactLimit: number;
   rows: RecallRow[];
-}
-
-interface Pair {
-  query: string;
-  code: string;
-  package: string;
 }
 
 /** A package's definitions side by side, cut into chunks of at most `CHUNK_CHARS`. */
@@ -139,17 +134,10 @@ export function reportPiecesRecall(f: PiecesRecallFigures): string {
   ].join("\n");
 }
 
-export function readPairs(path: string): Pair[] {
-  return readFileSync(path, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as Pair);
-}
-
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const { values } = parseArgs({
     options: {
-      pairs: { type: "string", default: join(homedir(), ".cache", "sextant", "train", "pairs.jsonl") },
+      pairs: { type: "string", default: join(defaultWorkdir(), "pairs.jsonl") },
       queries: { type: "string", default: "300" },
       "exact-limit": { type: "string", default: "4096" },
     },

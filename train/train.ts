@@ -24,7 +24,7 @@ import {
 } from "./dev-eval.js";
 import { DEFAULT_TRANSLATION, trainTranslation } from "./translation.js";
 import { modelCard } from "./model-card.js";
-import { DEFAULT_SETTINGS, quantize, train, type Pair, type TrainSettings } from "./trainer.js";
+import { DEFAULT_SETTINGS, quantize, readPairs, train, type TrainSettings } from "./trainer.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -62,10 +62,7 @@ const sha256 = (bytes: Uint8Array | string) => createHash("sha256").update(bytes
 async function main(): Promise<void> {
   const started = Date.now();
   const data = await pairsFile();
-  const pairs: Pair[] = readFileSync(data.path, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as Pair);
+  const pairs = readPairs(data.path);
   log(`${pairs.length} pairs from ${data.path}; loading the dev eval's codebases`);
   const dev = await loadDevCodebases();
   const settings: TrainSettings = {

@@ -5,6 +5,7 @@
  * similarity matrix, and one thread of V8 does a batch of 1,024 pairs in well under a second.
  * Everything is seeded, so the same pairs and settings give the same weights bit for bit.
  */
+import { readFileSync } from "node:fs";
 import { analyze } from "../eval/bm25.js";
 import { countWeight, ModelTokenizer, type StaticModelParts } from "../protocol/embedder/static.js";
 
@@ -51,6 +52,14 @@ export interface Pair {
   code: string;
   package: string;
   language?: string;
+}
+
+/** The pairs of a `pairs.jsonl` (`npm run train:data` writes it), one JSON object a line. */
+export function readPairs(path: string): Pair[] {
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Pair);
 }
 
 /** A deterministic PRNG (mulberry32): the run's only source of randomness. */

@@ -107,6 +107,10 @@ describe("benchmarks (smoke)", () => {
         expect(share).toBeGreaterThanOrEqual(0);
         expect(share).toBeLessThanOrEqual(1);
       }
+    // With every scan exact, the comparison must find the two rankings the same.
+    const exact = runPiecesRecall(pairs, { queries: 20, exactLimit: Number.MAX_SAFE_INTEGER });
+    for (const row of exact.rows)
+      expect([row.recall, row.sameFirst, row.recallWithoutPieces, row.sameFirstWithoutPieces]).toEqual([1, 1, 1, 1]);
     expect(reportPiecesRecall(figures)).toMatch(
       /top 10: with pieces [\d.]+ of the exact top 10, same first hit [\d.]+; without pieces [\d.]+, same first hit [\d.]+/,
     );

@@ -198,6 +198,10 @@ describe("the lake", { timeout: 600_000 }, () => {
     const log = suite.edge.output();
     expect(log).toContain("injected lake fault");
     expect(log).toContain("lake batch redelivered on purpose");
+    // The consumer says each batch it returned, the forced redeliveries among them.
+    expect(log).toMatch(
+      /"message":"lake batch consumed","queue":"sextant-records","messages":\d+,"partitions":\d+,"failed":\d+,"retried":[1-9]/,
+    );
     expect(await scanDirectoryFor(suite.edge.persistTo, ["def secret():"])).toEqual([]);
 
     for (const at of hours) {

@@ -114,19 +114,18 @@ export async function consumeRecords(batch: MessageBatch<unknown>, env: Env & La
 
   // A forced redelivery (`LAKE_FAULT_EVERY`, for testing): everything was written, nothing acknowledged.
   const every = faultEvery(env);
+  let retried = 0;
   if (every && ++batches % every === 0) {
     console.error(JSON.stringify({ level: "warn", message: "lake batch redelivered on purpose (LAKE_FAULT_EVERY)" }));
     batch.retryAll({ delaySeconds: 0 });
-    consumed(batch, groups.size, failed.size, pending.size);
-    return;
-  }
-  let retried = 0;
-  for (const [message, names] of pending) {
-    if ([...names].some((n) => failed.has(n))) {
-      message.retry({ delaySeconds: backoff(message.attempts) });
-      retried++;
-    } else message.ack();
-  }
+    retried = pending.size;
+  } else
+    for (const [message, names] of pending) {
+      if ([...names].some((n) => failed.has(n))) {
+        message.retry({ delaySeconds: backoff(message.attempts) });
+        retried++;
+      } else message.ack();
+    }
   consumed(batch, groups.size, failed.size, retried);
 }
 
