@@ -1,7 +1,7 @@
 /**
  * `npm run eval:dev`: the offline dev eval (`train/dev-eval.ts`) of the shipped model, or of the
  * model in `--model <dir>`: MRR@10 of the model alone, of BM25, of their fusion at a few lexical
- * weights, and of the best of either per query, the bound no fusion of the two can pass; then, with
+ * weights, and of the best of either per query (an oracle's pick, not a strict bound); then, with
  * the model directory's translation table, the dev eval ranked as the edge ranks it, with and without
  * the translation channel.
  */
