@@ -1,6 +1,8 @@
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -234,10 +236,31 @@ describe("sextant mcp end to end", () => {
   });
 
   it("exits by itself when the editor closes its stdin", async () => {
-    const { client } = await serve(repo);
-    const started = Date.now();
-    await client.close();
-    // The transport waits 2 s before it resorts to SIGTERM.
-    expect(Date.now() - started).toBeLessThan(1_900);
+    // Spawned here rather than through the SDK's transport, whose close() falls back to SIGTERM after 2 s:
+    // no signal is ever sent, so an exit at all is the server's own.
+    const child = spawn(process.execPath, [join(ROOT, "client/bin/sextant.js"), "mcp", repo], {
+      cwd: tmpdir(),
+      env: { ...process.env, SEXTANT_API_KEY: "", SEXTANT_BASE_URL: "", SEXTANT_ADMIN_SECRET: "", ...env },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    const exited = new Promise<[number | null, NodeJS.Signals | null]>((done) =>
+      child.once("exit", (code, signal) => done([code, signal])),
+    );
+    const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+    const initialize = {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: {
+        protocolVersion: "2025-06-18",
+        capabilities: {},
+        clientInfo: { name: "sextant-e2e", version: "0.0.0" },
+      },
+    };
+    child.stdin!.write(JSON.stringify(initialize) + "\n");
+    const answer = JSON.parse((await lines.next()).value as string) as { id: number; result?: unknown };
+    expect(answer).toMatchObject({ id: 1, result: { serverInfo: { name: expect.any(String) } } });
+    child.stdin!.end();
+    expect(await exited).toEqual([0, null]);
   });
 });

@@ -87,8 +87,8 @@ describe("malformed HTTP at the local edge", () => {
       edge,
       "POST /v1/keys HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
     );
+    // 401, not the 408 that waiting out the stalled body would have given.
     expectProblem(answer, 401, "unauthenticated");
-    expect(answer.answeredMs).toBeLessThan(900);
     expect(answer.closed).toBe(true);
   });
 
