@@ -29,6 +29,8 @@ export default defineConfig(async () => {
             ADMIN_SECRET: "test-admin-secret-0123456789abcdefghijkl",
             // Short, so that the lake's retention can be seen at work within the 7 days events may be late.
             LAKE_RETENTION_DAYS: "3",
+            // Small, so that a test can fill a workspace's staging with a few requests.
+            MAX_STAGED_BYTES: String(64 * 1024),
             // Generous limits, so that tests of other routes never meet them; the free plan's
             // embeddings are tight for the rate limit tests.
             RATE_LIMITS: JSON.stringify(testLimits()),

@@ -8,8 +8,18 @@ import type { IndexedChunk } from "./workspace-rpc.js";
 
 /** How long an unclaimed part is kept: a sync that stops between staging and committing resends it. */
 export const STAGING_RETENTION_MS = 24 * 3600 * 1000;
-/** Staged vector bytes a workspace may hold at once: a bound on what never-committed parts can occupy. */
-export const MAX_STAGED_BYTES = 256 * 1024 * 1024;
+/** Staged vector bytes a workspace may hold at once, unless `MAX_STAGED_BYTES` says otherwise. */
+export const DEFAULT_MAX_STAGED_BYTES = 256 * 1024 * 1024;
+
+/**
+ * Staged vector bytes a workspace may hold at once (`MAX_STAGED_BYTES`, default 256 MiB): a bound on
+ * what never-committed parts can occupy of its object's storage. A value that is not a whole number
+ * of at least 1 KiB falls back to the default.
+ */
+export function maxStagedBytes(env: { MAX_STAGED_BYTES?: string }): number {
+  const bytes = Number(env.MAX_STAGED_BYTES ?? DEFAULT_MAX_STAGED_BYTES);
+  return Number.isInteger(bytes) && bytes >= 1024 ? bytes : DEFAULT_MAX_STAGED_BYTES;
+}
 
 interface Row {
   seq: number;

@@ -20,7 +20,7 @@ import { MerkleStore } from "./merkle-store.js";
 import type { IndexBackend } from "./index-backend.js";
 import { generationBackend, Generations } from "./migration.js";
 import { R2Backend, deletePrefix } from "./r2-backend.js";
-import { MAX_STAGED_BYTES, STAGING_RETENTION_MS, StagedChunks } from "./staging.js";
+import { maxStagedBytes, STAGING_RETENTION_MS, StagedChunks } from "./staging.js";
 import { TurbopufferBackend, TurbopufferBackendError } from "./turbopuffer-backend.js";
 import {
   EdgeEmbedder,
@@ -205,8 +205,8 @@ export class Workspace extends DurableObject<Env> {
       (n, c) => n + c.vector.byteLength + (c.pieces ?? []).reduce((m, p) => m + p.byteLength, 0),
       0,
     );
-    if (staging.bytesBesides(part.path, part.hash, part.part) + bytes > MAX_STAGED_BYTES)
-      return { stagingFull: { limit: MAX_STAGED_BYTES } };
+    const limit = maxStagedBytes(this.env);
+    if (staging.bytesBesides(part.path, part.hash, part.part) + bytes > limit) return { stagingFull: { limit } };
     this.ctx.storage.transactionSync(() => staging.put(part.path, part.hash, part.part, part.chunks));
     await this.#scheduleMaintenance(STAGING_RETENTION_MS);
     return { protocol: SYNC_PROTOCOL, path: part.path, hash: part.hash, part: part.part, chunks: part.chunks.length };

@@ -132,6 +132,44 @@ describe("staged parts of a file's chunks", () => {
     await expectJson(await commit(account, id, key, { chunks: [chunk(2)], stagedParts: 1 }), 200, CommitResponse);
   });
 
+  it("refuses a part past the workspace's staging bound with a 409, keeps what it holds, and takes parts again once they are committed", async () => {
+    const account = await createAccount();
+    const id = await workspace(account);
+    const key = vectorKeyOf();
+    // Forty distinct one-line chunks a part; MAX_STAGED_BYTES is 64 KiB in these tests.
+    const part = (n: number) =>
+      Array.from({ length: 40 }, (_, i) => {
+        const text = `export const limit${n}x${i} = computeStagingBound(${n}, ${i});`;
+        return { id: (n * 1000 + i + 1).toString(16).padStart(64, "0"), text, startLine: i + 1, endLine: i + 1 };
+      });
+    let staged = 0;
+    let refused: Response | undefined;
+    for (let n = 0; n < 40 && !refused; n++) {
+      const response = await stage(account, id, key, { part: n, chunks: part(n) });
+      if (response.status === 200) staged++;
+      else refused = response;
+    }
+    expect(staged, await refused?.clone().text()).toBeGreaterThan(0);
+    expect(refused, "no part was refused").toBeDefined();
+    const rows = await stagedRows(id);
+    const problem = await expectProblem(refused!, 409, "conflict");
+    expect(problem).toMatchObject({ stagedLimitBytes: 64 * 1024 });
+    expect(problem.detail).toContain("staged parts no commit has claimed");
+    // The refused part left nothing behind, and the parts already staged are whole.
+    expect(await stagedRows(id)).toBe(rows);
+    expect(rows).toBe(staged * 40);
+    // Staging a part again replaces it, so a retry of one already held still fits.
+    await expectJson(await stage(account, id, key, { part: 0, chunks: part(0) }), 200, StageResponse);
+
+    await expectJson(await commit(account, id, key, { stagedParts: staged }), 200, CommitResponse);
+    expect(await stagedRows(id)).toBe(0);
+    await expectJson(
+      await stage(account, id, key, { hash: hex("c"), part: 0, chunks: part(staged) }),
+      200,
+      StageResponse,
+    );
+  });
+
   it("replaces a part staged again, so a retried request leaves one copy", async () => {
     const account = await createAccount();
     const id = await workspace(account);

@@ -115,6 +115,7 @@ async function timed<T extends object>(
     throw new ApiError(
       "conflict",
       `Workspace \`${id}\` already holds ${limit} bytes of staged parts no commit has claimed; commit them, or wait a day for them to be dropped.`,
+      { extra: { stagedLimitBytes: limit } },
     );
   }
   if ("backendFailure" in result) {
