@@ -8,7 +8,7 @@ import { SYNC_PROTOCOL, type Language, type SearchRequest, type SearchResponse }
 import type { TranslatedWord } from "../../protocol/embedder/translation.js";
 import { collapseCopies, type Copy } from "./collapse.js";
 import type { WorkspaceSecret } from "./secret.js";
-import { questionTranslations } from "./translation.js";
+import { questionTranslations } from "../sdk/node.js";
 import { capSnippet, focusLine } from "./snippet.js";
 
 export interface LocalHit {
@@ -50,7 +50,7 @@ const MAX_EDGE_TOP_K = 100;
 /**
  * The edge's search request for `query`: the scope's directory encrypted, more results asked for
  * than the page when copies are to be collapsed into one hit, and the question's words translated to
- * code terms (client/workspace/translation.ts).
+ * code terms (client/sdk/node.ts).
  */
 export function searchRequest(
   secret: WorkspaceSecret,

@@ -13,7 +13,7 @@ import {
 } from "../../protocol/embedder/translation.js";
 import { fuseScores, fuseThree } from "../../protocol/fusion.js";
 import { TermKey } from "../../protocol/keyed-terms.js";
-import { questionTranslations } from "../../client/workspace/translation.js";
+import { questionTranslations } from "../../client/sdk/node.js";
 import { trainTranslation } from "../../train/translation.js";
 
 /** Questions that say "remove" over code that says `purge`, and filler that keeps the words apart. */
