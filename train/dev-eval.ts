@@ -196,9 +196,9 @@ export interface EdgeScores {
    * without knowing the answer. Not a strict bound on every fusion (a fusion can put first an answer
    * each channel ranks second), but one the shipped fusion passes for few questions.
    */
-  bestChannel: number;
-  /** How often the answer is among the fused ranking's first 50 (with pieces): what a reranker could reorder. */
-  recallAt50: number;
+  bestRanking: number;
+  /** How often the answer is among the fused ranking's first `CANDIDATES` (with pieces): what a reranker could reorder. */
+  recallAtCandidates: number;
   /** The codebase's chunks, and the vectors the index holds for them: their own and their pieces'. */
   chunks: number;
   vectors: number;
@@ -235,9 +235,9 @@ export function evaluateEdge(
     two: [] as (number | null)[],
     asBm25: [] as (number | null)[],
     pieces: [] as (number | null)[],
-    bestChannel: [] as (number | null)[],
+    bestRanking: [] as (number | null)[],
   };
-  let within50 = 0;
+  let withinCandidates = 0;
   const three = new Map(translationWeights.map((w) => [w, [] as (number | null)[]]));
   const at = (ids: readonly string[]) => ids.slice(0, TOP_K).map((i) => codebase.chunks[Number(i)]!);
   const hits = (h: readonly { id: number; score: number }[] | null) =>
@@ -262,12 +262,12 @@ export function evaluateEdge(
     const byPieces = byCosine(model, vectors, query.text, tokenizer, pieceVectors);
     const fusedPieces = fuseThree(byPieces, byTerms, byTranslation).map((h) => h.id);
     ranks.pieces.push(firstHit(at(fusedPieces), query.targets));
-    const deep = fusedPieces.slice(0, 50).map((i) => codebase.chunks[Number(i)]!);
-    if (firstHit(deep, query.targets, 50) !== null) within50++;
-    const channelRanks = [fusedPieces, ...[byPieces, byTerms, byTranslation].map((c) => c.map((h) => h.id))]
+    const deep = fusedPieces.slice(0, CANDIDATES).map((i) => codebase.chunks[Number(i)]!);
+    if (firstHit(deep, query.targets, CANDIDATES) !== null) withinCandidates++;
+    const rankingRanks = [fusedPieces, ...[byPieces, byTerms, byTranslation].map((c) => c.map((h) => h.id))]
       .map((ranking) => firstHit(at(ranking), query.targets))
       .filter((r): r is number => r !== null);
-    ranks.bestChannel.push(channelRanks.length > 0 ? Math.min(...channelRanks) : null);
+    ranks.bestRanking.push(rankingRanks.length > 0 ? Math.min(...rankingRanks) : null);
     for (const w of translationWeights)
       three
         .get(w)!
@@ -285,8 +285,8 @@ export function evaluateEdge(
     threeChannels: new Map([...three].map(([w, r]) => [w, score(r).mrrAt10])),
     translationAsBm25: score(ranks.asBm25).mrrAt10,
     pieces: score(ranks.pieces).mrrAt10,
-    bestChannel: score(ranks.bestChannel).mrrAt10,
-    recallAt50: within50 / Math.max(1, codebase.queries.length),
+    bestRanking: score(ranks.bestRanking).mrrAt10,
+    recallAtCandidates: withinCandidates / Math.max(1, codebase.queries.length),
     chunks: codebase.chunks.length,
     vectors: codebase.chunks.length + pieceVectors.reduce((n, p) => n + p.length, 0),
   };
@@ -305,8 +305,8 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     threeChannels: new Map(weights.map((w) => [w, mean((r) => r.threeChannels.get(w)!)])),
     translationAsBm25: mean((r) => r.translationAsBm25),
     pieces: mean((r) => r.pieces),
-    bestChannel: mean((r) => r.bestChannel),
-    recallAt50: mean((r) => r.recallAt50),
+    bestRanking: mean((r) => r.bestRanking),
+    recallAtCandidates: mean((r) => r.recallAtCandidates),
     chunks: perCodebase.reduce((sum, r) => sum + r.chunks, 0),
     vectors: perCodebase.reduce((sum, r) => sum + r.vectors, 0),
   };
@@ -323,7 +323,7 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     "+translation as BM25",
     "+definition pieces",
     "best ranking per question",
-    "R@50",
+    `R@${CANDIDATES}`,
     "vectors/chunk",
   ];
   const lines = rows.map((r) => [
@@ -336,8 +336,8 @@ export function formatEdgeScores(perCodebase: readonly EdgeScores[]): string {
     ...weights.map((w) => cell(r.threeChannels.get(w)!, r.bm25)),
     cell(r.translationAsBm25, r.bm25),
     cell(r.pieces, r.bm25),
-    cell(r.bestChannel, r.bm25),
-    r.recallAt50.toFixed(3),
+    cell(r.bestRanking, r.bm25),
+    r.recallAtCandidates.toFixed(3),
     (r.vectors / r.chunks).toFixed(2),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));

@@ -10,7 +10,7 @@ import { translateQuestion, type TranslatedWord, type TranslationTable } from ".
 export { parseTranslation, TranslationError } from "../../protocol/embedder/translation.js";
 export type { TranslatedWord, TranslationTable } from "../../protocol/embedder/translation.js";
 
-/** A question's translations with this table, or undefined when none of its words has one (send none). */
+/** A question's words with their translations in this table, or undefined when it has no words (send none). */
 export function translationsWith(table: TranslationTable, query: string): TranslatedWord[] | undefined {
   const words = translateQuestion(table, query);
   return words.length > 0 ? words : undefined;

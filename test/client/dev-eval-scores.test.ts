@@ -69,12 +69,12 @@ describe("the dev eval as the edge ranks it", () => {
     const scores = evaluateEdge(model, codebase(), table);
     expect(scores.queries).toBe(6);
     for (const ranking of [scores.pieces, scores.lexical, scores.translation])
-      expect(scores.bestChannel).toBeGreaterThanOrEqual(ranking);
-    expect(scores.bestChannel).toBeLessThanOrEqual(1);
+      expect(scores.bestRanking).toBeGreaterThanOrEqual(ranking);
+    expect(scores.bestRanking).toBeLessThanOrEqual(1);
     // Six chunks: every answer is among the first 50 of the fused ranking.
-    expect(scores.recallAt50).toBe(1);
+    expect(scores.recallAtCandidates).toBe(1);
     const [head, row] = formatEdgeScores([scores]).split("\n");
     expect(head).toMatch(/best ranking per question\s+R@50\s+vectors\/chunk/);
-    expect(row).toContain(`${scores.bestChannel.toFixed(3)} (${(scores.bestChannel / scores.bm25).toFixed(2)}x)`);
+    expect(row).toContain(`${scores.bestRanking.toFixed(3)} (${(scores.bestRanking / scores.bm25).toFixed(2)}x)`);
   });
 });

@@ -59,24 +59,23 @@ describe("sextant mcp end to end", () => {
   let repo: string;
   const servers: { client: Client; stderr: () => string }[] = [];
 
+  /** `sextant mcp <dir>` as the editor starts it: the real bin, with this suite's edge and no ambient key. */
+  const serverCommand = (dir: string, overrides: Record<string, string> = {}) => ({
+    command: process.execPath,
+    args: [join(ROOT, "client/bin/sextant.js"), "mcp", dir],
+    cwd: tmpdir(),
+    env: {
+      ...(Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<string, string>),
+      SEXTANT_API_KEY: "",
+      SEXTANT_BASE_URL: "",
+      SEXTANT_ADMIN_SECRET: "",
+      ...env,
+      ...overrides,
+    },
+  });
+
   async function serve(dir: string, overrides: Record<string, string> = {}) {
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [join(ROOT, "client/bin/sextant.js"), "mcp", dir],
-      cwd: tmpdir(),
-      env: {
-        ...(Object.fromEntries(Object.entries(process.env).filter(([, v]) => v !== undefined)) as Record<
-          string,
-          string
-        >),
-        SEXTANT_API_KEY: "",
-        SEXTANT_BASE_URL: "",
-        SEXTANT_ADMIN_SECRET: "",
-        ...env,
-        ...overrides,
-      },
-      stderr: "pipe",
-    });
+    const transport = new StdioClientTransport({ ...serverCommand(dir, overrides), stderr: "pipe" });
     let stderr = "";
     transport.stderr?.on("data", (d) => (stderr += d));
     const client = new Client({ name: "sextant-e2e", version: "0.0.0" });
@@ -238,11 +237,8 @@ describe("sextant mcp end to end", () => {
   it("exits by itself when the editor closes its stdin", async () => {
     // Spawned here rather than through the SDK's transport, whose close() falls back to SIGTERM after 2 s:
     // no signal is ever sent, so an exit at all is the server's own.
-    const child = spawn(process.execPath, [join(ROOT, "client/bin/sextant.js"), "mcp", repo], {
-      cwd: tmpdir(),
-      env: { ...process.env, SEXTANT_API_KEY: "", SEXTANT_BASE_URL: "", SEXTANT_ADMIN_SECRET: "", ...env },
-      stdio: ["pipe", "pipe", "pipe"],
-    });
+    const { command, args, cwd, env: childEnv } = serverCommand(repo);
+    const child = spawn(command, args, { cwd, env: childEnv, stdio: ["pipe", "pipe", "pipe"] });
     const exited = new Promise<[number | null, NodeJS.Signals | null]>((done) =>
       child.once("exit", (code, signal) => done([code, signal])),
     );
