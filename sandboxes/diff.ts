@@ -3,74 +3,57 @@
  * prefixes, `/dev/null` for created and deleted files, hunks with three lines of context (jsdiff's
  * `structuredPatch`). `.git` and `node_modules` are left out (what a build or an install wrote there
  * is not the task's change), and so are binary files, which are listed instead.
+ *
+ * It runs in the host's worker pool (`tree-worker.ts`), never on its event loop, under a deadline and
+ * caps: files past `MAX_FILE_BYTES` and what comes past `MAX_DIFF_BYTES` of diff are listed in
+ * `skipped`, not diffed, and a file whose patch would take longer than its edit-length or time cap
+ * to find is written as a whole replacement (a rewritten lockfile costs its size, not its square).
  */
-import { readdir, readFile } from "node:fs/promises";
-import { join, relative, sep } from "node:path";
-import { structuredPatch } from "diff";
-import { looksBinary } from "../protocol/binary.js";
+import { BINARY_SNIFF_BYTES } from "../protocol/binary.js";
 import type { DiffResponse } from "../protocol/agents/sandbox.js";
+import { HttpError } from "./http.js";
+import { JobAborted, JobTimeout, type TreePool } from "./tree-pool.js";
 
-const SKIPPED = new Set([".git", "node_modules"]);
+export const MAX_FILE_BYTES = 2 * 2 ** 20;
+export const MAX_DIFF_BYTES = 16 * 2 ** 20;
+const DIFF_DEADLINE_MS = 60_000;
 
-async function files(root: string): Promise<Map<string, Buffer>> {
-  const out = new Map<string, Buffer>();
-  const walk = async (dir: string) => {
-    for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) {
-        if (!SKIPPED.has(entry.name)) await walk(path);
-      } else if (entry.isFile()) out.set(relative(root, path).split(sep).join("/"), await readFile(path));
-    }
-  };
-  await walk(root);
-  return out;
+export interface DiffSource {
+  tenant: string;
+  base: string;
+  tree: string;
+  uid: number;
 }
 
-const isBinary = (b: Buffer | undefined) => !!b && looksBinary(b);
-
-export async function treeDiff(base: string, tree: string): Promise<DiffResponse & { binary: string[] }> {
-  const [before, after] = await Promise.all([files(base), files(tree)]);
-  const paths = [...new Set([...before.keys(), ...after.keys()])].sort();
-  const parts: string[] = [];
-  const binary: string[] = [];
-  let filesChanged = 0;
-  let insertions = 0;
-  let deletions = 0;
-  for (const path of paths) {
-    const a = before.get(path);
-    const b = after.get(path);
-    if (a && b && a.equals(b)) continue;
-    if (isBinary(a) || isBinary(b)) {
-      binary.push(path);
-      continue;
-    }
-    const patch = structuredPatch(
-      `a/${path}`,
-      `b/${path}`,
-      a?.toString("utf8") ?? "",
-      b?.toString("utf8") ?? "",
-      "",
-      "",
+export async function treeDiff(
+  pool: TreePool,
+  s: DiffSource,
+  signal?: AbortSignal,
+): Promise<DiffResponse & { binary: string[]; skipped: { path: string; reason: string }[] }> {
+  try {
+    return await pool.diff(
+      s.tenant,
       {
-        context: 3,
+        root: s.tree,
+        base: s.base,
+        tree: s.tree,
+        owner: process.getuid?.() === 0 ? s.uid : null,
+        skipDirs: [".git", "node_modules"],
+        maxDepth: 64,
+        maxFiles: 50_000,
+        maxFileBytes: MAX_FILE_BYTES,
+        sniffBytes: BINARY_SNIFF_BYTES,
+        maxEditLength: 4_000,
+        fileTimeoutMs: 500,
+        maxDiffBytes: MAX_DIFF_BYTES,
       },
+      DIFF_DEADLINE_MS,
+      signal,
     );
-    if (patch.hunks.length === 0 && a && b) continue;
-    filesChanged++;
-    const header = [`diff --git a/${path} b/${path}`];
-    if (!a) header.push("new file mode 100644", "--- /dev/null", `+++ b/${path}`);
-    else if (!b) header.push("deleted file mode 100644", `--- a/${path}`, "+++ /dev/null");
-    else header.push(`--- a/${path}`, `+++ b/${path}`);
-    const hunks = patch.hunks.map((h) => {
-      for (const line of h.lines) {
-        if (line.startsWith("+")) insertions++;
-        else if (line.startsWith("-")) deletions++;
-      }
-      // An empty side starts at line 0, as diff and git write it.
-      const range = (start: number, count: number) => `${count === 0 ? start - (start > 0 ? 1 : 0) : start},${count}`;
-      return [`@@ -${range(h.oldStart, h.oldLines)} +${range(h.newStart, h.newLines)} @@`, ...h.lines].join("\n");
-    });
-    parts.push([...header, ...hunks].join("\n") + "\n");
+  } catch (err) {
+    if (err instanceof JobTimeout)
+      throw new HttpError(413, "payload_too_large", `The tree's changes took over ${DIFF_DEADLINE_MS} ms to diff.`);
+    if (err instanceof JobAborted) throw new HttpError(409, "conflict", "The sandbox was stopped while its diff ran.");
+    throw err;
   }
-  return { diff: parts.join(""), filesChanged, insertions, deletions, binary };
 }

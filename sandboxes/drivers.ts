@@ -1,15 +1,18 @@
 /**
- * How a sandbox's commands are isolated. Both drivers cap each command with rlimits (address space,
- * processes, CPU seconds, file size) and, when the host runs as root, run it as the sandbox's own
- * unprivileged uid, so that the process cap counts only that sandbox's processes and one sandbox
- * cannot read another's tree.
+ * How a sandbox's commands are isolated. Both drivers cap each command with rlimits (processes, CPU
+ * seconds, file size, and address space where no control group caps the sandbox's memory) and, when
+ * the host runs as root, run it in its sandbox's control groups (`cgroups.ts`) as the sandbox's own
+ * unprivileged uid, so that the caps count the whole sandbox and one sandbox cannot read another's
+ * tree. Commands see none of the host's environment: only PATH, HOME, LANG (and TMPDIR) are set.
  *
  * - `bubblewrap`: a fresh mount, pid, network, IPC and UTS namespace per command. The command sees
- *   /usr and a few files of /etc read-only, its tree read-write at /workspace, a private /tmp, and
- *   no network at all; every process it started dies with it (its pid namespace ends).
- * - `direct`: rlimits and the uid only, no namespaces. Meant for a Cloudflare Container, where the
- *   container is the isolation and holds one host's sandboxes, and for machines without bubblewrap.
- *   Commands can see the container's filesystem (read-only where permissions say so) and its network.
+ *   /usr and a few files of /etc read-only, its tree read-write at /workspace, its sandbox's own /tmp
+ *   (on the sandbox's disk, so under its disk cap), and no network at all; every process it started
+ *   dies with it (its pid namespace ends).
+ * - `direct`: control groups, rlimits and the uid only, no namespaces. Meant for a Cloudflare
+ *   Container, where the container is the isolation and holds one host's sandboxes; never chosen for
+ *   lack of bubblewrap. Commands can see the container's filesystem (read-only where permissions say
+ *   so) and its network.
  */
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -27,8 +30,12 @@ export interface RunOptions {
   env?: Record<string, string>;
   /** The sandbox's uid: commands drop to it when the host runs as root. */
   uid?: number;
-  /** A writable directory outside the tree for HOME and TMPDIR (the `direct` driver). */
+  /** A writable directory outside the tree: HOME and TMPDIR (`direct`), /tmp (`bubblewrap`). */
   scratch?: string;
+  /** An argv run first, as root, that ends by running the rest (joining the sandbox's control groups). */
+  prefix?: string[];
+  /** Whether a control group caps the sandbox's memory, so no address-space rlimit is set. */
+  memoryCapped?: boolean;
   signal?: AbortSignal;
 }
 
@@ -45,9 +52,13 @@ export type DriverName = (typeof DRIVER_NAMES)[number];
 const PATH = "/usr/local/bin:/usr/bin:/bin";
 const isRoot = () => process.getuid?.() === 0;
 
-function rlimits(limits: SandboxLimits): string[] {
+/**
+ * Where a control group caps memory, no address-space limit is set: V8's WebAssembly (undici's HTTP
+ * parser, so Node's `fetch`) reserves far more address space than it uses, and fails under one.
+ */
+function rlimits(limits: SandboxLimits, memoryCapped: boolean | undefined): string[] {
   return [
-    `--as=${limits.memoryBytes}`,
+    ...(memoryCapped ? [] : [`--as=${limits.memoryBytes}`]),
     `--nproc=${limits.pids}`,
     `--cpu=${limits.cpuSeconds}`,
     `--fsize=${limits.diskBytes}`,
@@ -92,8 +103,9 @@ function bubblewrapArgs(opts: RunOptions): string[] {
   const namespaces = isRoot()
     ? ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     : ["--unshare-all"];
+  const tmp = opts.scratch ? ["--bind", opts.scratch, "/tmp"] : ["--perms", "1777", "--tmpfs", "/tmp"];
   return [
-    ...rlimits(opts.limits),
+    ...rlimits(opts.limits, opts.memoryCapped),
     "--",
     "bwrap",
     ...namespaces,
@@ -103,10 +115,7 @@ function bubblewrapArgs(opts: RunOptions): string[] {
     "--bind",
     opts.tree,
     "/workspace",
-    "--perms",
-    "1777",
-    "--tmpfs",
-    "/tmp",
+    ...tmp,
     "--proc",
     "/proc",
     "--dev",
@@ -125,7 +134,8 @@ export const bubblewrapDriver: SandboxDriver = {
   name: "bubblewrap",
   workdir: () => "/workspace",
   run(opts) {
-    const spec: SpawnSpec = { file: "prlimit", args: bubblewrapArgs(opts), cwd: opts.tree, env: { PATH } };
+    const argv = [...(opts.prefix ?? []), "prlimit", ...bubblewrapArgs(opts)];
+    const spec: SpawnSpec = { file: argv[0]!, args: argv.slice(1), cwd: opts.tree, env: { PATH } };
     return runCapped(spec, { timeoutMs: opts.timeoutMs, outputBytes: opts.limits.outputBytes, signal: opts.signal });
   },
 };
@@ -135,7 +145,14 @@ export const directDriver: SandboxDriver = {
   workdir: (tree) => tree,
   run(opts) {
     const scratch = opts.scratch ?? join(opts.tree, "..", "scratch");
-    const argv = [...dropTo(opts.uid), "prlimit", ...rlimits(opts.limits), "--", ...shell(opts.command)];
+    const argv = [
+      ...(opts.prefix ?? []),
+      ...dropTo(opts.uid),
+      "prlimit",
+      ...rlimits(opts.limits, opts.memoryCapped),
+      "--",
+      ...shell(opts.command),
+    ];
     const spec: SpawnSpec = {
       file: argv[0]!,
       args: argv.slice(1),

@@ -1,14 +1,20 @@
 /**
  * The sandbox host: the process that holds agent tasks' code and runs their tools, answering the
  * protocol of `protocol/agents/sandbox.ts` over HTTP. Each sandbox is a directory under the host's
- * root: `tree/` (the task's files, the only place its commands can write), `base/` (the files as
- * uploaded, for the diff) and `calls/` (each call's recorded outcome, so a call id runs once). Its
- * data key is only ever in this process's memory. A sandbox is destroyed on request, or by the host
- * once it has had no request for its idle time to live.
+ * root: `disk/` (its capped disk, `disk.ts`: `tree/`, the task's files, and `scratch/`, its commands'
+ * HOME and /tmp; the only places its commands can write), `base/` (the files as uploaded, for the
+ * diff) and `calls/` (each call's recorded outcome, so a call id runs once). Its data key is only ever
+ * in this process's memory. A sandbox is destroyed on request, or by the host once it has had no
+ * request for its idle time to live.
+ *
+ * The host serves every org's tasks, so nothing a task does runs unbounded on its event loop or its
+ * threads: file tools never block or follow a link out of the tree (`tree-fs.ts`), scans and diffs
+ * run in the worker pool under deadlines, shared fairly between tenants (`tree-pool.ts`), and each
+ * sandbox's commands are capped as a whole by its control groups and its disk (`cgroups.ts`).
  */
 import { spawn } from "node:child_process";
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
-import { chmod, chown, lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
@@ -24,11 +30,15 @@ import {
   type SandboxLimits,
 } from "../protocol/agents/sandbox.js";
 import { ToolOutcome } from "../protocol/agents/tools.js";
+import { openCgroups, type SandboxCgroup } from "./cgroups.js";
 import { treeDiff } from "./diff.js";
+import { makeDisk, tmpfsWorks, type SandboxDisk } from "./disk.js";
 import { DRIVERS, type SandboxDriver } from "./drivers.js";
 import { body, HttpError, parse, send } from "./http.js";
 import { OutsideTree, TaskIndex } from "./search.js";
-import { inside, runTool, ToolError } from "./tools.js";
+import { runTool } from "./tools.js";
+import { TreeError, TreeFs } from "./tree-fs.js";
+import { TreePool } from "./tree-pool.js";
 
 export interface SandboxHostOptions {
   host?: string;
@@ -45,14 +55,29 @@ export interface SandboxHostOptions {
 
 export interface SandboxHost {
   url: string;
+  /** How this host caps a sandbox as a whole (said at start, never changed silently). */
+  isolation: HostIsolation;
   stop(): Promise<void>;
+}
+
+export interface HostIsolation {
+  driver: "bubblewrap" | "direct";
+  /** `cgroup-v2`/`cgroup-v1`: memory and processes capped per sandbox; `rlimit`: per process only. */
+  limits: "cgroup-v2" | "cgroup-v1" | "rlimit";
+  /** `tmpfs`: the disk cap holds for the sandbox's tree and scratch together; `file-size`: per file. */
+  disk: "tmpfs" | "file-size";
 }
 
 interface Sandbox {
   id: string;
+  /** Whose task it is (an opaque tag of its org): the unit of fair sharing. */
+  tenant: string;
   dir: string;
   tree: string;
   base: string;
+  disk: SandboxDisk;
+  fs: TreeFs;
+  cgroup: SandboxCgroup | undefined;
   dataKey: string;
   limits: SandboxLimits;
   idleTtlMs: number;
@@ -82,16 +107,22 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   const maxBody = options.maxBodyBytes ?? 64 * 2 ** 20;
   const ttlScale = options.idleTtlScaleMs ?? 1000;
   const sandboxes = new Map<string, Sandbox>();
+  const creating = new Set<string>();
   const expected = digest(options.token);
+  const root = process.getuid?.() === 0;
   // Traversable, not listable: a sandbox's user reaches its own tree and cannot list the others.
   await mkdir(options.root, { recursive: true, mode: 0o711 });
   await chmod(options.root, 0o711);
   // Under bubblewrap a command drops to its uid after its tree is mounted; without it, it runs in place.
-  if (process.getuid?.() === 0 && options.driver === "direct") await mustBeTraversable(options.root);
-
-  const owned = async (path: string, s: Sandbox) => {
-    if (process.getuid?.() === 0) await chown(path, s.uid, s.uid).catch(() => undefined);
+  if (root && options.driver === "direct") await mustBeTraversable(options.root);
+  const cgroups = await openCgroups();
+  const tmpfs = await tmpfsWorks(options.root);
+  const isolation: HostIsolation = {
+    driver: options.driver,
+    limits: cgroups ? `cgroup-v${cgroups.version}` : "rlimit",
+    disk: tmpfs ? "tmpfs" : "file-size",
   };
+  const pool = new TreePool();
 
   async function destroy(s: Sandbox): Promise<void> {
     if (s.destroyed) return;
@@ -100,7 +131,11 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     s.abort.abort();
     await Promise.allSettled(s.running.values());
     // What its commands left running on their own (a daemon that made itself a session) goes too.
-    if (process.getuid?.() === 0) await killUid(s.uid);
+    await s.cgroup?.remove();
+    if (root) await killUid(s.uid);
+    // Under `direct`, what its user left in the machine's shared temporary directories.
+    if (root && options.driver === "direct") await sweepShared(s.uid);
+    await s.disk.remove();
     await rm(s.dir, { recursive: true, force: true });
   }
 
@@ -117,7 +152,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     id: s.id,
     driver: driver.name,
     dataKey: s.dataKey,
-    ...(await usage(s.tree)),
+    ...(await usage(s.fs)),
     commandSeconds: Math.round(s.commandSeconds * 1000) / 1000,
     createdAt: s.createdAt,
   });
@@ -131,17 +166,36 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
 
   async function create(body: unknown): Promise<[number, unknown]> {
     const request = parse(CreateSandboxRequest, body);
-    if (sandboxes.has(request.id)) throw new HttpError(409, "conflict", `Sandbox ${request.id} exists.`);
+    if (sandboxes.has(request.id) || creating.has(request.id))
+      throw new HttpError(409, "conflict", `Sandbox ${request.id} exists.`);
     const dir = join(options.root, request.id);
+    // Held before the first await: a second create of the same id is refused.
+    creating.add(request.id);
+    let made: { disk: SandboxDisk; cgroup: SandboxCgroup | undefined };
+    try {
+      await mkdir(dir, { mode: 0o711 });
+      const disk = await makeDisk(join(dir, "disk"), request.limits.diskBytes, tmpfs);
+      made = { disk, cgroup: await cgroups?.create(request.id, tenantOf(request), request.limits) };
+    } catch (err) {
+      creating.delete(request.id);
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+    creating.delete(request.id);
+    const uid = nextUid++;
     const s: Sandbox = {
       id: request.id,
+      tenant: tenantOf(request),
       dir,
-      tree: join(dir, "tree"),
+      tree: made.disk.tree,
       base: join(dir, "base"),
+      disk: made.disk,
+      cgroup: made.cgroup,
+      fs: new TreeFs({ root: made.disk.tree, owner: root ? uid : undefined }),
       dataKey: randomBytes(32).toString("base64url"),
       limits: request.limits,
       idleTtlMs: request.idleTtlSeconds * ttlScale,
-      uid: nextUid++,
+      uid,
       createdAt: new Date().toISOString(),
       commandSeconds: 0,
       lastUsed: Date.now(),
@@ -151,55 +205,51 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       index: request.workspace && new TaskIndex(request.workspace),
     };
     sandboxes.set(s.id, s);
-    await mkdir(dir, { mode: 0o711 });
     await mkdir(join(dir, "calls"), { mode: 0o700 });
     await mkdir(s.base, { mode: 0o700 });
-    await mkdir(s.tree, { mode: 0o700 });
-    // HOME and TMPDIR of the `direct` driver's commands, outside the tree and its diff.
-    await mkdir(join(dir, "scratch"), { mode: 0o700 });
-    await owned(s.tree, s);
-    await owned(join(dir, "scratch"), s);
+    if (root) for (const d of [s.tree, s.disk.scratch]) await chownPath(d, uid);
     return [201, await info(s)];
   }
 
   async function upload(s: Sandbox, body: unknown): Promise<[number, unknown]> {
     const { files } = parse(UploadFilesRequest, body);
     // Every path is checked, and the sizes summed, before anything is written.
-    const decoded: { path: string; target: string; content: Buffer; executable: boolean }[] = [];
+    const decoded: { path: string; content: Buffer; executable: boolean }[] = [];
     let growth = 0;
     for (const f of files) {
-      let target: string;
-      try {
-        target = await inside(s.tree, f.path);
-      } catch (err) {
-        throw new HttpError(400, "invalid_request", (err as ToolError).message);
-      }
       const content = Buffer.from(f.content, "base64");
-      const replaced = await stat(target).catch(() => undefined);
-      growth += content.length - (replaced?.isFile() ? replaced.size : 0);
-      decoded.push({ path: f.path, target, content, executable: f.executable });
+      let replaced;
+      try {
+        replaced = await s.fs.lstat(f.path);
+      } catch (err) {
+        throw new HttpError(400, "invalid_request", (err as Error).message);
+      }
+      if (replaced?.isDirectory()) throw new HttpError(400, "invalid_request", `${f.path} is a directory in the tree.`);
+      // On a tmpfs a file takes whole pages.
+      growth += roundUp(content.length) - (replaced?.isFile() ? roundUp(replaced.size) : 0);
+      decoded.push({ path: f.path, content, executable: f.executable });
     }
-    if ((await usage(s.tree)).bytes + growth > s.limits.diskBytes)
+    const used = (await s.disk.usage())?.bytes ?? (await usage(s.fs)).bytes;
+    if (used + growth > s.limits.diskBytes)
       throw new HttpError(507, "disk_full", `The files would take the tree past ${s.limits.diskBytes} bytes.`);
     let written = 0;
-    for (const { target, content, ...f } of decoded) {
-      for (const [root, path] of [
-        [s.tree, target],
-        [s.base, join(s.base, f.path)],
-      ] as const) {
-        await mkdir(dirname(path), { recursive: true });
-        await writeFile(path, content, { mode: f.executable ? 0o755 : 0o644 });
-        if (root === s.tree) await ownPath(s, f.path);
+    for (const { path, content, executable } of decoded) {
+      const mode = executable ? 0o755 : 0o644;
+      try {
+        await s.fs.write(path, content, { mode });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === "ENOSPC")
+          throw new HttpError(507, "disk_full", `The tree is full (${s.limits.diskBytes} bytes).`);
+        if (err instanceof TreeError) throw new HttpError(400, "invalid_request", err.message);
+        throw err;
       }
+      // The base is the host's own directory, out of every task's reach: plain writes are safe there.
+      const copy = join(s.base, path);
+      await mkdir(dirname(copy), { recursive: true });
+      await writeFile(copy, content, { mode });
       written += content.length;
     }
     return [200, { files: files.length, bytes: written }];
-  }
-
-  /** Hands a path of the tree, and the directories above it, to the sandbox's user. */
-  async function ownPath(s: Sandbox, path: string): Promise<void> {
-    const parts = path.split("/");
-    for (let i = 1; i <= parts.length; i++) await owned(join(s.tree, ...parts.slice(0, i)), s);
   }
 
   async function call(s: Sandbox, callId: string, body: unknown): Promise<[number, CallResponse]> {
@@ -214,12 +264,27 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       const outcome = await runTool(
         {
           tree: s.tree,
+          fs: s.fs,
+          pool,
+          tenant: s.tenant,
           limits: s.limits,
           driver,
           uid: s.uid,
+          owner: root ? s.uid : null,
           signal: s.abort.signal,
           index: s.index,
-          wrote: async (file) => ownPath(s, file.slice(s.tree.length + 1)),
+          exec: (command, timeoutMs) =>
+            driver.run({
+              tree: s.tree,
+              command,
+              timeoutMs,
+              limits: s.limits,
+              uid: s.uid,
+              scratch: s.disk.scratch,
+              memoryCapped: s.cgroup !== undefined,
+              ...(s.cgroup ? { prefix: s.cgroup.joinArgv } : {}),
+              signal: s.abort.signal,
+            }),
           ran: (result) => {
             s.commandSeconds += result.durationMs / 1000;
           },
@@ -265,12 +330,15 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       s.abort = new AbortController();
       abort.abort();
       await Promise.allSettled(s.running.values());
+      // And what they left running on their own (a process that made itself a session).
+      await s.cgroup?.kill();
+      if (root) await killUid(s.uid);
       return [204, undefined];
     }
     if (what === "files" && method === "POST") return upload(sandbox(id), await body(req, maxBody));
     if (what === "diff" && method === "GET") {
       const s = sandbox(id);
-      const { binary: _, ...diff } = await treeDiff(s.base, s.tree);
+      const { binary: _, skipped: __, ...diff } = await treeDiff(pool, s, s.abort.signal);
       return [200, diff];
     }
     if (what === "search" && method === "POST") {
@@ -305,11 +373,14 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   const address = server.address() as { port: number };
   return {
     url: `http://${options.host ?? "127.0.0.1"}:${address.port}`,
+    isolation,
     stop: async () => {
       clearInterval(sweeper);
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
       await Promise.all([...sandboxes.values()].map(destroy));
+      await pool.close();
+      await cgroups?.close();
     },
   };
 }
@@ -339,20 +410,55 @@ function killUid(uid: number): Promise<void> {
   });
 }
 
-/** Files and bytes of a tree (its symlinks not followed). */
-async function usage(tree: string): Promise<{ files: number; bytes: number }> {
+/** Files and bytes of a tree (its symlinks not followed), counted to 100,000 entries. */
+async function usage(fs: TreeFs): Promise<{ files: number; bytes: number }> {
+  const paths: string[] = [];
+  await fs.walk(".", 4096, new Set(), (rel, isDir) => {
+    if (!isDir) paths.push(rel);
+    return paths.length < 100_000;
+  });
   let files = 0;
   let bytes = 0;
-  const walk = async (dir: string): Promise<void> => {
-    for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) await walk(path);
-      else if (entry.isFile()) {
-        files++;
-        bytes += (await lstat(path).catch(() => undefined))?.size ?? 0;
-      }
-    }
-  };
-  await walk(tree);
+  for (const path of paths) {
+    const info = await fs.lstat(path).catch(() => undefined);
+    if (!info?.isFile()) continue;
+    files++;
+    bytes += info.size;
+  }
   return { files, bytes };
+}
+
+const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;
+
+/** The tag of a sandbox's tenant: its org as the task object sent it, or the sandbox alone. */
+const tenantOf = (request: { id: string; tenant?: string | undefined }) => request.tenant ?? `sandbox:${request.id}`;
+
+const chownPath = (path: string, uid: number) => chown(path, uid, uid);
+
+/** Removes what a uid left in the machine's shared temporary directories, as that uid (`find -delete` never follows links). */
+function sweepShared(uid: number): Promise<void> {
+  return new Promise((resolve) => {
+    const dirs = ["/tmp", "/var/tmp", "/dev/shm"];
+    const args = [
+      `--reuid=${uid}`,
+      `--regid=${uid}`,
+      "--clear-groups",
+      "find",
+      ...dirs,
+      "-xdev",
+      "-mindepth",
+      "1",
+      "-user",
+      String(uid),
+      "-delete",
+    ];
+    const child = spawn("setpriv", args, { stdio: "ignore" });
+    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    child
+      .on("error", () => resolve())
+      .on("exit", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+  });
 }

@@ -1,30 +1,39 @@
 /**
- * The agent's tools as the sandbox host runs them, on one task's tree. File tools run in the host,
- * on the tree only: every path is resolved through symlinks and refused if it leads outside.
- * Commands (run_terminal, read_lints) run through the sandbox's driver. A tool's failure is a result
- * the model reads (`{ ok: false, error: { code, message } }`), never a host error.
+ * The agent's tools as the sandbox host runs them, on one task's tree. File tools run in the host
+ * through `TreeFs` (`tree-fs.ts`): each path walked from the tree's root a component at a time, with
+ * no symlink followed out of the tree and nothing opened that could block (a FIFO, a device). Heavy
+ * work (grep's scan) runs in the host's worker pool with a deadline. Commands (run_terminal,
+ * read_lints) run through the sandbox's driver. A tool's failure is a result the model reads
+ * (`{ ok: false, error: { code, message } }`), never a host error.
  */
 import { createHash } from "node:crypto";
 import type { z } from "zod";
-import { existsSync } from "node:fs";
-import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
-import { dirname, join, relative, sep } from "node:path";
+import { relative } from "node:path";
 import { CodebaseSearchCall, type SandboxLimits } from "../protocol/agents/sandbox.js";
 import { BINARY_SNIFF_BYTES, looksBinary } from "../protocol/binary.js";
 import { NOT_INDEXED, toolNamed, type ToolOutcome } from "../protocol/agents/tools.js";
 import type { RunResult, SandboxDriver } from "./drivers.js";
-import { GrepPool, ScanTimeout } from "./grep-pool.js";
 import type { TaskIndex } from "./search.js";
+import { TreeError, type TreeFs } from "./tree-fs.js";
+import { JobAborted, JobTimeout, type TreePool } from "./tree-pool.js";
 
 export interface ToolContext {
   tree: string;
+  /** The tree, as the host touches it. */
+  fs: TreeFs;
+  /** The host's worker pool, for grep's scan. */
+  pool: TreePool;
+  /** Whose work this is, for the pool's fair share (the task's org, opaque). */
+  tenant: string;
   limits: SandboxLimits;
   driver: SandboxDriver;
   uid: number;
-  /** Aborted when the sandbox is destroyed. */
+  /** The sandbox's uid when the host runs as root: only its files are read. */
+  owner: number | null;
+  /** Aborted when the sandbox is destroyed or its task cancelled. */
   signal?: AbortSignal;
-  /** Called with a written file's path, so the host can hand it to the sandbox's user. */
-  wrote(path: string): Promise<void>;
+  /** Runs a command of the sandbox (its driver, its cgroup, its directories). */
+  exec(command: string, timeoutMs: number): Promise<RunResult>;
   /** Called with each command's result, so the host can count the sandbox's command time. */
   ran(result: RunResult): void;
   /** The index codebase_search reads, when the task came with one. */
@@ -40,31 +49,11 @@ export class ToolError extends Error {
   }
 }
 
-const SKIPPED_DIRS = new Set([".git", "node_modules"]);
+export const SKIPPED_DIRS = [".git", "node_modules"];
 const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
 
-/** The host path of a tree path, refused if it (or a symlink on the way) leads outside the tree. */
-export async function inside(tree: string, path: string): Promise<string> {
-  const root = await realpath(tree);
-  const target = join(root, path === "." ? "" : path);
-  if (target !== root && !target.startsWith(root + sep))
-    throw new ToolError("outside_tree", `${path} is outside the tree.`);
-  // The deepest part of the path that exists, with its symlinks resolved, must still be in the tree.
-  let existing = target;
-  while (!existsSync(existing) && existing !== root) existing = dirname(existing);
-  let resolved: string;
-  try {
-    resolved = await realpath(existing);
-  } catch {
-    // A dangling symlink: see where it points.
-    resolved = existing;
-    const link = await lstat(existing).catch(() => undefined);
-    if (link?.isSymbolicLink()) throw new ToolError("outside_tree", `${path} goes through a broken symlink.`);
-  }
-  if (resolved !== root && !resolved.startsWith(root + sep))
-    throw new ToolError("outside_tree", `${path} leads outside the tree through a symlink.`);
-  return target;
-}
+/** The most a file tool reads of one file: past it, `run_terminal` (`sed -n`, `head`) reads it. */
+export const MAX_TOOL_FILE_BYTES = 16 * 2 ** 20;
 
 function cap(text: string, bytes: number): { text: string; truncated: boolean } {
   const buffer = Buffer.from(text, "utf8");
@@ -78,16 +67,12 @@ function cap(text: string, bytes: number): { text: string; truncated: boolean } 
   };
 }
 
-async function readText(ctx: ToolContext, path: string): Promise<{ file: string; bytes: Buffer }> {
-  const file = await inside(ctx.tree, path);
-  const info = await stat(file).catch(() => undefined);
-  if (!info) throw new ToolError("not_found", `${path} does not exist.`);
-  if (info.isDirectory()) throw new ToolError("is_directory", `${path} is a directory.`);
-  return { file, bytes: await readFile(file) };
+async function readText(ctx: ToolContext, path: string): Promise<Buffer> {
+  return ctx.fs.read(path, MAX_TOOL_FILE_BYTES);
 }
 
 async function readFileTool(ctx: ToolContext, a: { path: string; startLine?: number; endLine?: number }) {
-  const { bytes } = await readText(ctx, a.path);
+  const bytes = await readText(ctx, a.path);
   if (looksBinary(bytes)) throw new ToolError("binary", `${a.path} is a binary file.`);
   const text = bytes.toString("utf8");
   // Where each line starts: line n is text.slice(starts[n - 1], starts[n]), its newline included.
@@ -114,31 +99,12 @@ async function readFileTool(ctx: ToolContext, a: { path: string; startLine?: num
   return { path: a.path, content, startLine: start, endLine: end, lines: total, hash: sha256(bytes), truncated };
 }
 
-/** Visits the entries under `dir`; a symlink is visited as a file and never followed. */
-async function walk(ctx: ToolContext, dir: string, depth: number, visit: (rel: string, isDir: boolean) => boolean) {
-  const root = await realpath(ctx.tree);
-  const go = async (abs: string, level: number): Promise<boolean> => {
-    const entries = await readdir(abs, { withFileTypes: true }).catch(() => []);
-    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    for (const entry of entries) {
-      const path = join(abs, entry.name);
-      const rel = relative(root, path).split(sep).join("/");
-      const isDir = entry.isDirectory();
-      if (!visit(rel, isDir)) return false;
-      if (isDir && level < depth && !SKIPPED_DIRS.has(entry.name) && !(await go(path, level + 1))) return false;
-    }
-    return true;
-  };
-  return go(dir, 1);
-}
-
 async function listDir(ctx: ToolContext, a: { path?: string; depth: number }) {
-  const dir = await inside(ctx.tree, a.path ?? ".");
-  if (!(await stat(dir).catch(() => undefined))?.isDirectory())
-    throw new ToolError("not_found", `${a.path ?? "."} is not a directory.`);
+  const path = a.path ?? ".";
+  if (!(await ctx.fs.isDirectory(path))) throw new ToolError("not_found", `${path} is not a directory.`);
   const entries: string[] = [];
   let bytes = 0;
-  const complete = await walk(ctx, dir, a.depth, (rel, isDir) => {
+  const complete = await ctx.fs.walk(path, a.depth, new Set(SKIPPED_DIRS), (rel, isDir) => {
     const entry = isDir ? `${rel}/` : rel;
     bytes += entry.length + 1;
     if (bytes > ctx.limits.outputBytes || entries.length >= 5000) return false;
@@ -149,7 +115,6 @@ async function listDir(ctx: ToolContext, a: { path?: string; depth: number }) {
 }
 
 const GREP_BUDGET_MS = 10_000;
-let pool: GrepPool | undefined;
 
 async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignoreCase: boolean; maxResults: number }) {
   try {
@@ -157,16 +122,16 @@ async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignor
   } catch (err) {
     throw new ToolError("invalid_arguments", `The pattern is not a regular expression: ${(err as Error).message}`);
   }
-  const dir = await inside(ctx.tree, a.path ?? ".");
-  // Listed and scanned in a worker thread: the host's event loop serves every sandbox, and scans run side by side.
+  const dir = await ctx.fs.resolveDir(a.path ?? ".");
   const budgetMs = Math.min(ctx.limits.commandTimeoutMs, GREP_BUDGET_MS);
-  pool ??= new GrepPool();
   try {
-    return await pool.scan(
+    return await ctx.pool.grep(
+      ctx.tenant,
       {
-        root: await realpath(ctx.tree),
+        root: ctx.tree,
+        owner: ctx.owner,
         dir,
-        skipDirs: [...SKIPPED_DIRS],
+        skipDirs: SKIPPED_DIRS,
         maxDepth: 64,
         maxFiles: 20_000,
         pattern: a.pattern,
@@ -177,27 +142,23 @@ async function grep(ctx: ToolContext, a: { pattern: string; path?: string; ignor
         sniffBytes: BINARY_SNIFF_BYTES,
       },
       budgetMs,
+      ctx.signal,
     );
   } catch (err) {
-    if (!(err instanceof ScanTimeout)) throw err;
+    if (err instanceof JobAborted) throw new ToolError("cancelled", "The task was cancelled while grep ran.");
+    if (!(err instanceof JobTimeout)) throw err;
     throw new ToolError(
       "timeout",
-      `The pattern took over ${budgetMs} ms to run; simplify it (nested repetition backtracks).`,
+      `The search took over ${budgetMs} ms; narrow its path or simplify the pattern (nested repetition backtracks).`,
     );
   }
-}
-
-async function write(ctx: ToolContext, file: string, content: string | Buffer): Promise<void> {
-  await mkdir(dirname(file), { recursive: true });
-  await writeFile(file, content);
-  await ctx.wrote(file);
 }
 
 async function editFile(
   ctx: ToolContext,
   a: { path: string; oldText: string; newText: string; expectedHash?: string },
 ) {
-  const { file, bytes } = await readText(ctx, a.path);
+  const bytes = await readText(ctx, a.path);
   if (a.expectedHash && sha256(bytes) !== a.expectedHash)
     throw new ToolError("hash_mismatch", `${a.path} changed since it was read (its hash is ${sha256(bytes)}).`);
   const text = bytes.toString("utf8");
@@ -206,35 +167,22 @@ async function editFile(
   if (text.indexOf(a.oldText, at + 1) >= 0)
     throw new ToolError("ambiguous_match", `oldText occurs more than once in ${a.path}; include more context.`);
   const next = text.slice(0, at) + a.newText + text.slice(at + a.oldText.length);
-  await write(ctx, file, next);
+  await ctx.fs.write(a.path, next);
   return { path: a.path, hash: sha256(next) };
 }
 
 async function createFile(ctx: ToolContext, a: { path: string; content: string }) {
-  const file = await inside(ctx.tree, a.path);
-  if (await lstat(file).catch(() => undefined)) throw new ToolError("exists", `${a.path} already exists.`);
-  await write(ctx, file, a.content);
+  await ctx.fs.write(a.path, a.content, { exclusive: true });
   return { path: a.path, hash: sha256(a.content) };
 }
 
 async function deleteFile(ctx: ToolContext, a: { path: string }) {
-  const file = await inside(ctx.tree, a.path);
-  const info = await lstat(file).catch(() => undefined);
-  if (!info) throw new ToolError("not_found", `${a.path} does not exist.`);
-  if (info.isDirectory()) throw new ToolError("is_directory", `${a.path} is a directory.`);
-  await rm(file);
+  await ctx.fs.remove(a.path);
   return { path: a.path };
 }
 
 async function runTerminal(ctx: ToolContext, a: { command: string; timeoutMs: number }) {
-  const result = await ctx.driver.run({
-    tree: ctx.tree,
-    command: a.command,
-    timeoutMs: Math.min(a.timeoutMs, ctx.limits.commandTimeoutMs),
-    limits: ctx.limits,
-    uid: ctx.uid,
-    ...(ctx.signal ? { signal: ctx.signal } : {}),
-  });
+  const result = await ctx.exec(a.command, Math.min(a.timeoutMs, ctx.limits.commandTimeoutMs));
   ctx.ran(result);
   return result;
 }
@@ -249,7 +197,7 @@ const MIN_LINT_MS = 100;
 const notRun = (name: string) => ({ name, exitCode: null, timedOut: true });
 
 async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: number }) {
-  const has = (p: string) => existsSync(join(ctx.tree, p));
+  const present = async (p: string) => (await ctx.fs.lstat(p).catch(() => undefined)) !== undefined;
   const linters: { name: string; exitCode: number | null; timedOut: boolean }[] = [];
   const diagnostics: {
     path: string;
@@ -265,7 +213,7 @@ async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: nu
     const left = Math.floor(until - performance.now());
     return left < MIN_LINT_MS ? undefined : runTerminal(ctx, { command, timeoutMs: left });
   };
-  if (has("tsconfig.json") && has("node_modules/.bin/tsc")) {
+  if ((await present("tsconfig.json")) && (await present("node_modules/.bin/tsc"))) {
     const r = await run("node_modules/.bin/tsc --noEmit --pretty false");
     linters.push(r ? { name: "tsc", exitCode: r.exitCode, timedOut: r.timedOut } : notRun("tsc"));
     for (const line of (r?.stdout ?? "").split("\n")) {
@@ -275,7 +223,8 @@ async function readLints(ctx: ToolContext, a: { paths?: string[]; timeoutMs?: nu
     }
   }
   const eslintConfig = ["eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", ".eslintrc.json", ".eslintrc.js"];
-  if (eslintConfig.some(has) && has("node_modules/.bin/eslint")) {
+  const hasConfig = (await Promise.all(eslintConfig.map(present))).some(Boolean);
+  if (hasConfig && (await present("node_modules/.bin/eslint"))) {
     const targets = (a.paths ?? ["."]).map((p) => `'${p.replace(/'/g, "'\\''")}'`).join(" ");
     const r = await run(`node_modules/.bin/eslint -f json ${targets}`);
     linters.push(r ? { name: "eslint", exitCode: r.exitCode, timedOut: r.timedOut } : notRun("eslint"));
@@ -309,7 +258,7 @@ const RUNNERS: Record<string, (ctx: ToolContext, args: never) => Promise<unknown
   read_lints: readLints,
   codebase_search: async (ctx, args: z.output<typeof CodebaseSearchCall>) => {
     if (!ctx.index) throw new ToolError(NOT_INDEXED.code, NOT_INDEXED.message);
-    return ctx.index.resolve(async (path) => readFile(await inside(ctx.tree, path), "utf8"), args);
+    return ctx.index.resolve(async (path) => (await readText(ctx, path)).toString("utf8"), args);
   },
 };
 
@@ -332,7 +281,8 @@ export async function runTool(ctx: ToolContext, name: string, args: unknown): Pr
   try {
     return { ok: true, result: await runner(ctx, parsed.data as never) };
   } catch (err) {
-    if (err instanceof ToolError) return { ok: false, error: { code: err.code, message: err.message } };
+    if (err instanceof ToolError || err instanceof TreeError)
+      return { ok: false, error: { code: err.code, message: err.message } };
     const code = (err as NodeJS.ErrnoException).code;
     return { ok: false, error: { code: "io_error", message: `${name} failed: ${code ?? (err as Error).message}` } };
   }

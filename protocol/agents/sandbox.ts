@@ -64,6 +64,14 @@ export const CreateSandboxRequest = z.strictObject({
   idleTtlSeconds: z.number().int().min(10).max(86_400).default(3600),
   /** The workspace whose index codebase_search reads: held in the host's memory only, never written. */
   workspace: TaskWorkspace.optional(),
+  /**
+   * Whose task this is, as an opaque tag (a keyed hash of the org, never its id): the host shares its
+   * workers and CPU fairly between tenants. Without one, the sandbox is a tenant of its own.
+   */
+  tenant: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{8,64}$/)
+    .optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 

@@ -68,7 +68,7 @@ describe.skipIf(!bwrapRuns)("bubblewrap isolation (skipped: bwrap cannot make a 
   it("cannot see the host's files outside its tree, another sandbox's included", async () => {
     await host.create("bwrap-other");
     await host.upload("bwrap-other", { "secret.txt": "the other sandbox's secret\n" });
-    const r = await run(`ls ${host.root}; cat ${join(host.root, "bwrap-other", "tree", "secret.txt")}; ls /`);
+    const r = await run(`ls ${host.root}; cat ${join(host.root, "bwrap-other", "disk", "tree", "secret.txt")}; ls /`);
     expect(r.stdout).not.toContain("secret");
     expect(r.stdout).not.toContain("bwrap-other");
     expect(r.stderr).toContain("No such file");
@@ -76,7 +76,7 @@ describe.skipIf(!bwrapRuns)("bubblewrap isolation (skipped: bwrap cannot make a 
 
   it("kills a command that allocates past its memory cap", async () => {
     const alloc = (mib: number) =>
-      `node -e "const a = []; for (let i = 0; i < ${mib / 64}; i++) a.push(Buffer.allocUnsafe(64 << 20)); console.log('allocated')"`;
+      `node -e "const a = []; for (let i = 0; i < ${mib / 64}; i++) a.push(Buffer.allocUnsafe(64 << 20).fill(1)); console.log('allocated')"`;
     expect(await run(alloc(256))).toMatchObject({ exitCode: 0, stdout: "allocated\n" });
     const over = await run(alloc(3072));
     expect(over.exitCode).not.toBe(0);

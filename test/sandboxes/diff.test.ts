@@ -72,5 +72,5 @@ it("answers a diff that `git apply` turns the uploaded tree into the tree now wi
   });
   expect(applied.stderr).not.toMatch(/error/i);
   expect(applied.status).toBe(0);
-  expect(snapshot(copy)).toEqual(snapshot(join(host.root, id, "tree")));
+  expect(snapshot(copy)).toEqual(snapshot(join(host.root, id, "disk", "tree")));
 });

@@ -37,7 +37,7 @@ describe("sandboxes", () => {
       args: { command: "echo started > mark.txt; sleep 60", timeoutMs: 120_000 },
     });
     // Once the command has started, stop it.
-    await vi.waitFor(() => expect(existsSync(join(host.root, "stopping-1", "tree", "mark.txt"))).toBe(true), {
+    await vi.waitFor(() => expect(existsSync(join(host.root, "stopping-1", "disk", "tree", "mark.txt"))).toBe(true), {
       timeout: 30_000,
       interval: 50,
     });
@@ -104,7 +104,7 @@ describe("sandboxes", () => {
         command:
           "setsid sh -c 'echo $$ > daemon; exec sleep 60' > /dev/null 2>&1 < /dev/null & while [ ! -s daemon ]; do sleep 0.05; done",
       });
-      const pid = Number(readFileSync(join(host.root, "delete-daemon", "tree", "daemon"), "utf8"));
+      const pid = Number(readFileSync(join(host.root, "delete-daemon", "disk", "tree", "daemon"), "utf8"));
       expect(isAlive(pid)).toBe(true);
       expect((await host.request("DELETE", "/v1/sandboxes/delete-daemon")).status).toBe(204);
       await vi.waitFor(() => expect(isAlive(pid)).toBe(false), { timeout: 10_000 });
@@ -117,7 +117,7 @@ describe("sandboxes", () => {
       command: "echo $$ > pid; exec sleep 60",
       timeoutMs: 60_000,
     });
-    const pidFile = join(host.root, "delete-running", "tree", "pid");
+    const pidFile = join(host.root, "delete-running", "disk", "tree", "pid");
     await vi.waitFor(() => expect(readFileSync(pidFile, "utf8")).toMatch(/\d/), { timeout: 10_000 });
     const pid = Number(readFileSync(pidFile, "utf8"));
     expect((await host.request("DELETE", "/v1/sandboxes/delete-running")).status).toBe(204);
@@ -136,7 +136,7 @@ describe("uploads", () => {
       ],
     });
     expect(r).toEqual({ status: 200, body: { files: 2, bytes: 30 } });
-    const tree = join(host.root, "upload-1", "tree");
+    const tree = join(host.root, "upload-1", "disk", "tree");
     expect(readFileSync(join(tree, "src/deep/a.ts"), "utf8")).toBe("export {};\n");
     const ran = await host.call("upload-1", callId(), "run_terminal", { command: "./run.sh" });
     expect(ran.result.stdout).toBe("ran\n");
@@ -151,7 +151,7 @@ describe("uploads", () => {
       files: [{ path: "b.bin", content: big }],
     });
     expect(r).toMatchObject({ status: 507, body: { code: "disk_full" } });
-    expect(existsSync(join(host.root, "upload-full", "tree", "b.bin"))).toBe(false);
+    expect(existsSync(join(host.root, "upload-full", "disk", "tree", "b.bin"))).toBe(false);
   });
 
   it("answers 413 for a body past the host's limit", async () => {
@@ -182,7 +182,7 @@ describe("calls", () => {
     expect(first.replayed).toBe(false);
     expect(second.replayed).toBe(true);
     expect(second.ok && second.result).toEqual(first.ok && first.result);
-    expect(readFileSync(join(host.root, "idempotent", "tree", "log.txt"), "utf8")).toBe("line\n");
+    expect(readFileSync(join(host.root, "idempotent", "disk", "tree", "log.txt"), "utf8")).toBe("line\n");
   });
 
   it("runs a call once when the same id arrives again while it runs", async () => {
@@ -191,7 +191,7 @@ describe("calls", () => {
     const args = { command: "echo line >> log.txt; sleep 0.3" };
     const answers = await Promise.all([1, 2, 3].map(() => host.call("concurrent", id, "run_terminal", args)));
     expect(answers.filter((a) => !a.replayed)).toHaveLength(1);
-    expect(readFileSync(join(host.root, "concurrent", "tree", "log.txt"), "utf8")).toBe("line\n");
+    expect(readFileSync(join(host.root, "concurrent", "disk", "tree", "log.txt"), "utf8")).toBe("line\n");
   });
 
   it("kills a command and the child it started at its timeout, before the call answers", async () => {
@@ -201,7 +201,7 @@ describe("calls", () => {
       timeoutMs: 300,
     });
     expect(r.result).toMatchObject({ timedOut: true, signal: "SIGKILL" });
-    const tree = join(host.root, "timeout-kill", "tree");
+    const tree = join(host.root, "timeout-kill", "disk", "tree");
     const pids = ["pid", "child"].map((f) => Number(readFileSync(join(tree, f), "utf8")));
     expect(pids.every((p) => p > 0)).toBe(true);
     expect(pids.filter(isAlive)).toEqual([]);
