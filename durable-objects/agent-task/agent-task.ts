@@ -23,7 +23,7 @@ import {
 } from "../../protocol/agents/task.js";
 import { importDataKey, seal, unseal } from "./seal.js";
 import { SandboxClient, SandboxUnavailable, sandboxHost, type SandboxSettings } from "./sandbox-client.js";
-import { ArchiveError, importArchive, type ArchiveReport } from "./archive.js";
+import { allowedArchiveOrigins, ArchiveError, importArchive, UNUSABLE_ARCHIVE, type ArchiveReport } from "./archive.js";
 import { RetryLater, runTurn, type LoopHost } from "./loop.js";
 import { guarded, TaskNotReady } from "./result.js";
 import { TaskStore, type TaskState } from "./store.js";
@@ -32,6 +32,7 @@ import type { ChatMessage } from "./turn.js";
 interface AgentTaskEnv extends SandboxSettings {
   AGENT_GATEWAY: AgentModelGateway;
   AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
+  ALLOW_PRIVATE_ARCHIVE_ORIGINS?: string;
 }
 
 /** Failures of the model or the sandbox host in a row before the task ends. */
@@ -170,7 +171,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     const { archiveUrl } = await unseal<{ archiveUrl: string }>(key, sealed);
     const sandbox = this.sandbox(state.id);
     try {
-      const report = await importArchive(archiveUrl, (files) => sandbox.upload(files));
+      const report = await importArchive(archiveUrl, (files) => sandbox.upload(files), allowedArchiveOrigins(this.env));
       this.store.setSource(null);
       await this.startTask(report);
     } catch (err) {
@@ -357,7 +358,9 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
             : source
               ? "source_error"
               : "model_error";
-        await this.end(current, reason, { message: (err as Error).message });
+        // How an archive's fetch failed (refused, broken off, timed out) is not told: see archive.ts.
+        const message = reason === "source_error" ? UNUSABLE_ARCHIVE : (err as Error).message;
+        await this.end(current, reason, { message });
         return;
       }
       this.store.saveState(current);

@@ -5,15 +5,64 @@
  * straight to the sandbox host in batches. An archive whose first entry is a directory holding the
  * rest (as git hosts wrap a tree) is unpacked from inside it. Links, devices, paths that climb out or
  * that a task's tree cannot hold, and files too large for one upload are skipped and counted.
+ *
+ * Only https to a public host is fetched, at the first URL and at every redirect (`archive-url.ts`),
+ * and every way a fetch can come to nothing ends in one message: which way it failed (refused,
+ * broken off, 404, not a tar, empty) would tell a user what listens where on the edge's network.
  */
 import { createTarDecoder } from "modern-tar";
+import { z } from "zod";
+import { archiveUrlRefusal } from "../../protocol/agents/archive-url.js";
 import type { UploadFilesRequest } from "../../protocol/agents/sandbox.js";
 import { TreePath } from "../../protocol/agents/tools.js";
 import { toBase64 } from "../../protocol/base64.js";
+import { ConfigError } from "../../workers/config.js";
 
 /** The archive cannot be used as it is: asking again will not help. */
 export class ArchiveError extends Error {
   override readonly name = "ArchiveError";
+}
+
+/** What a task that got no archive says, however the fetch failed. */
+export const UNUSABLE_ARCHIVE =
+  "The archive could not be fetched or held no files: its URL must answer a .tar.gz or .tar over https from a public host.";
+
+/** Redirects followed at most; each one's target is checked like the first URL. */
+const MAX_REDIRECTS = 5;
+
+/**
+ * `ALLOW_PRIVATE_ARCHIVE_ORIGINS`: origins (`http://127.0.0.1:8000`, comma-separated) the operator
+ * lets archives come from though they are not public, for tests and local development. Unset,
+ * none are: the safe default.
+ */
+const ArchiveSettings = z.object({
+  ALLOW_PRIVATE_ARCHIVE_ORIGINS: z
+    .string()
+    .optional()
+    .transform((text, ctx) => {
+      const origins = (text ?? "").split(/[\s,]+/).filter(Boolean);
+      for (const origin of origins) {
+        if (URL.canParse(origin) && new URL(origin).origin === origin) continue;
+        ctx.addIssue({
+          code: "custom",
+          message: "ALLOW_PRIVATE_ARCHIVE_ORIGINS lists origins, e.g. http://127.0.0.1:8000",
+        });
+        return z.NEVER;
+      }
+      return origins;
+    }),
+});
+
+const parsedSettings = new WeakMap<object, string[]>();
+
+/** The origins let through despite their host, parsed once per `env`; throws on a malformed setting. */
+export function allowedArchiveOrigins(env: object): string[] {
+  const cached = parsedSettings.get(env);
+  if (cached) return cached;
+  const result = ArchiveSettings.safeParse(env);
+  if (!result.success) throw new ConfigError(result.error.issues.map((i) => i.message).join("; "));
+  parsedSettings.set(env, result.data.ALLOW_PRIVATE_ARCHIVE_ORIGINS);
+  return result.data.ALLOW_PRIVATE_ARCHIVE_ORIGINS;
 }
 
 /**
@@ -103,11 +152,36 @@ async function readAll(body: ReadableStream<Uint8Array>, size: number): Promise<
   return out;
 }
 
-/** Fetches `url` and uploads its files with `upload`; throws ArchiveError for an archive that cannot be used. */
-export async function importArchive(url: string, upload: Upload, limits = ARCHIVE_LIMITS): Promise<ArchiveReport> {
-  const response = await fetch(url, { redirect: "follow", headers: { "User-Agent": "sextant-agent-tasks" } });
-  if (response.status >= 400 && response.status < 500)
-    throw new ArchiveError(`The archive's server answered ${response.status}.`);
+/**
+ * The archive's response, its redirects followed by hand: `fetch` would follow one to a host this
+ * edge must not reach. A URL refused at any hop is an ArchiveError; anything else that fails (the
+ * network, a 5xx) is thrown as it is, to be tried again.
+ */
+async function fetchArchive(url: string, allowedOrigins: readonly string[]): Promise<Response> {
+  let at = new URL(url);
+  for (let hop = 0; ; hop++) {
+    if (archiveUrlRefusal(at, allowedOrigins)) throw new ArchiveError(UNUSABLE_ARCHIVE);
+    const response = await fetch(at, { redirect: "manual", headers: { "User-Agent": "sextant-agent-tasks" } });
+    const location = response.headers.get("Location");
+    if (response.status < 300 || response.status >= 400 || location === null) return response;
+    await response.body?.cancel();
+    if (hop >= MAX_REDIRECTS || !URL.canParse(location, at.href)) throw new ArchiveError(UNUSABLE_ARCHIVE);
+    at = new URL(location, at);
+  }
+}
+
+/**
+ * Fetches `url` and uploads its files with `upload`; throws ArchiveError for an archive that cannot
+ * be used. `allowedOrigins` are let through though not public (`ALLOW_PRIVATE_ARCHIVE_ORIGINS`).
+ */
+export async function importArchive(
+  url: string,
+  upload: Upload,
+  allowedOrigins: readonly string[] = [],
+  limits = ARCHIVE_LIMITS,
+): Promise<ArchiveReport> {
+  const response = await fetchArchive(url, allowedOrigins);
+  if (response.status >= 400 && response.status < 500) throw new ArchiveError(UNUSABLE_ARCHIVE);
   if (!response.ok || !response.body) throw new Error(`The archive's server answered ${response.status}.`);
   const report: ArchiveReport = { files: 0, bytes: 0, skipped: 0, skippedEntries: [] };
   const skip = (path: string, reason: string) => {
@@ -178,8 +252,8 @@ export async function importArchive(url: string, upload: Upload, limits = ARCHIV
     // Whatever the response or the sandbox threw is theirs; anything else the decoders threw, on the bytes.
     if (err instanceof Passed) throw err.error;
     if (err instanceof ArchiveError) throw err;
-    throw new ArchiveError(`The archive is not a tar or tar.gz file: ${(err as Error).message}`);
+    throw new ArchiveError(UNUSABLE_ARCHIVE);
   }
-  if (report.files === 0) throw new ArchiveError("The archive holds no files.");
+  if (report.files === 0) throw new ArchiveError(UNUSABLE_ARCHIVE);
   return report;
 }

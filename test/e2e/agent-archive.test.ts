@@ -2,17 +2,21 @@
  * Agent tasks on an archive instead of an upload: the edge fetches a `.tar.gz` (or `.tar`) into the
  * task's sandbox and starts the task by itself, unpacking from inside the directory git hosts wrap a
  * tree in, and skipping (and naming) entries a tree cannot hold. An archive that cannot be had ends
- * the task with `source_error`; bad requests are refused before any task is made; the URL is kept
- * sealed like the prompt.
+ * the task with `source_error` and one message however it failed; bad requests, and URLs of hosts
+ * that are not public, are refused before any task is made, and no redirect is followed to one; the
+ * URL is kept sealed like the prompt. The archives come from 127.0.0.1, an origin this edge lets
+ * through by `ALLOW_PRIVATE_ARCHIVE_ORIGINS` (a local edge's default refuses it).
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:http";
+import { createServer as createTcpServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { packTar } from "modern-tar";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Task, TaskEvent } from "../../protocol/agents/task.js";
+import { UNUSABLE_ARCHIVE } from "../../durable-objects/agent-task/archive.js";
 import {
   agentFixtures,
   copyOfRepo,
@@ -24,13 +28,17 @@ import {
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
-import { savedLocalEdge, sextantAsync } from "../support/local-edge.js";
+import { freePort, savedLocalEdge, sextantAsync } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
 let host: SandboxHostHandle;
 let stack: AgentStack;
 let server: Server;
 let base: string;
+/** An allowed origin where nothing listens: connections to it are refused. */
+let closed: string;
+/** Requests that reached the archive server under a name other than the allowed 127.0.0.1. */
+const strayHosts: string[] = [];
 const sum = agentFixtures().find((f) => f.name === "sum")!;
 /** A path no other test uses, to look for in storage and the log. */
 const SECRET_PATH = "/acme-private-monorepo-zq81.tar.gz";
@@ -61,7 +69,26 @@ beforeAll(async () => {
     ),
   );
   archives.set("/garbage.tar.gz", Buffer.from([0x1f, 0x8b, 1, 2, 3, 4, 5, 6, 7, 8, 9]));
+  archives.set("/empty.tar", Buffer.from(await packTar([{ header: { name: "top/", type: "directory", size: 0 } }])));
   server = createServer((req, res) => {
+    if (req.headers.host !== new URL(base).host) strayHosts.push(`${req.headers.host} ${req.url}`);
+    const port = new URL(base).port;
+    const redirects: Record<string, string> = {
+      // The same server under another name: an origin the edge was not told to let through.
+      "/to-localhost.tar.gz": `http://localhost:${port}/sum.tar.gz`,
+      "/to-ipv6-loopback.tar.gz": `http://[::1]:${port}/sum.tar.gz`,
+      "/to-decimal-loopback.tar.gz": "http://2130706433:1/sum.tar.gz",
+      "/to-metadata.tar.gz": "http://169.254.169.254/latest/meta-data/",
+      "/hop.tar.gz": "/sum.tar",
+      "/loop.tar.gz": "/loop.tar.gz",
+    };
+    const location = redirects[req.url ?? ""];
+    if (location) return void res.writeHead(302, { Location: location }).end();
+    if (req.url === "/cut.tar.gz") {
+      // Headers and the first bytes, then the connection is dropped.
+      res.writeHead(200, { "Content-Type": "application/octet-stream", "Content-Length": "100000" });
+      return void res.write(archives.get("/sum.tar.gz")!.subarray(0, 20), () => res.destroy());
+    }
     const body = archives.get(req.url ?? "");
     if (!body) return void res.writeHead(404).end("no such archive");
     // The private archive is held back until a test lets it go: its task stays uploading till then.
@@ -71,14 +98,26 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  closed = `http://127.0.0.1:${await closedPort()}`;
   host = await startTestSandboxHost();
-  stack = await startAgentStack({ host });
+  stack = await startAgentStack({ host, vars: { ALLOW_PRIVATE_ARCHIVE_ORIGINS: `${base},${closed}` } });
 });
 afterAll(async () => {
   await stack?.edge.stop();
   await host?.stop();
   server?.close();
 });
+
+/** A port that refuses connections (nothing listens on it; the discard port may be filtered, not refused). */
+async function closedPort(): Promise<number> {
+  const port = await freePort();
+  // Still free: freePort closed its listener.
+  await new Promise<void>((resolve, reject) => {
+    const probe = createTcpServer().once("error", reject);
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolve()));
+  });
+  return port;
+}
 
 const create = (body: unknown) =>
   rawCall(stack.edge, savedLocalEdge(stack.edge).apiKey, "POST", "/v1/agents/tasks", body);
@@ -127,18 +166,48 @@ describe("agent tasks on an archive", () => {
     expect(existsSync(join(tree, "link"))).toBe(false);
   });
 
-  it("ends the task with source_error when the archive is missing or is not one", async () => {
-    for (const [path, message] of [
-      ["/missing.tar.gz", /answered 404/],
-      ["/garbage.tar.gz", /not a tar|holds no files/],
-    ] as const) {
+  it("ends the task with source_error and one message however the archive failed to come", async () => {
+    const urls = [
+      `${base}/missing.tar.gz`, // 404
+      `${base}/garbage.tar.gz`, // not a tar
+      `${base}/empty.tar`, // no files
+      `${base}/cut.tar.gz`, // connection lost
+      `${closed}/sum.tar.gz`, // connection refused
+    ];
+    const messages = await Promise.all(
+      urls.map(async (url) => {
+        const created = await create({ prompt: "x", source: "archive", archive: { url } });
+        expect(created.status, url).toBe(201);
+        const id = Task.parse(created.json).id;
+        const task = await taskEnded(stack.sdk, id);
+        expect([task.status, task.endReason], url).toEqual(["failed", "source_error"]);
+        return endOf(await taskEvents(stack.sdk, id)).message;
+      }),
+    );
+    // Nothing tells a refused port from a server that answered: the message is the same for each.
+    expect(messages).toEqual(urls.map(() => UNUSABLE_ARCHIVE));
+    expect(UNUSABLE_ARCHIVE).toMatch(/could not be fetched or held no files/);
+  });
+
+  it("follows a redirect on an allowed origin, and none to a host that is not public", async () => {
+    const hop = await create({ prompt: sum.prompt, source: "archive", archive: { url: `${base}/hop.tar.gz` } });
+    const followed = await taskEnded(stack.sdk, Task.parse(hop.json).id);
+    expect([followed.status, followed.endReason]).toEqual(["finished", "finished"]);
+    for (const path of [
+      "/to-localhost.tar.gz",
+      "/to-ipv6-loopback.tar.gz",
+      "/to-decimal-loopback.tar.gz",
+      "/to-metadata.tar.gz",
+      "/loop.tar.gz",
+    ]) {
       const created = await create({ prompt: "x", source: "archive", archive: { url: `${base}${path}` } });
-      expect(created.status).toBe(201);
+      expect(created.status, path).toBe(201);
       const id = Task.parse(created.json).id;
       const task = await taskEnded(stack.sdk, id);
       expect([task.status, task.endReason], path).toEqual(["failed", "source_error"]);
-      expect(String(endOf(await taskEvents(stack.sdk, id)).message)).toMatch(message);
+      expect(endOf(await taskEvents(stack.sdk, id)).message, path).toBe(UNUSABLE_ARCHIVE);
     }
+    expect(strayHosts).toEqual([]);
   });
 
   it("refuses archives it would not fetch, and uploads or a start to an archive task", async () => {
@@ -149,6 +218,45 @@ describe("agent tasks on an archive", () => {
       { prompt: "x", source: "archive", archive: { url: "ftp://example.com/a.tar.gz" } },
       { prompt: "x", source: "archive", archive: { url: "https://user:pw@example.com/a.tar.gz" } },
       { prompt: "x", source: "archive", archive: { url: `${base}/sum.tar.gz`, token: "t" } },
+      // Hosts that are not public, in the spellings that name them, on origins the edge was not told of.
+      ...[
+        "http://localhost:1/a.tar.gz",
+        "https://localhost/a.tar.gz",
+        "https://sub.localhost/a.tar.gz",
+        "https://localhost./a.tar.gz",
+        "http://127.0.0.1:1/a.tar.gz",
+        "https://127.0.0.1/a.tar.gz",
+        "https://127.1.2.3/a.tar.gz",
+        "http://[::1]:1/a.tar.gz",
+        "https://[::1]/a.tar.gz",
+        "https://[::]/a.tar.gz",
+        "https://[::ffff:127.0.0.1]/a.tar.gz",
+        "https://[::ffff:7f00:1]/a.tar.gz",
+        "https://[::ffff:10.0.0.1]/a.tar.gz",
+        "https://[::127.0.0.1]/a.tar.gz",
+        "https://[fe80::1]/a.tar.gz",
+        "https://[fc00::1]/a.tar.gz",
+        "https://[fd12:3456::1]/a.tar.gz",
+        "https://2130706433/a.tar.gz",
+        "https://0x7f.1/a.tar.gz",
+        "https://0x7f000001/a.tar.gz",
+        "https://0177.0.0.1/a.tar.gz",
+        "https://127.1/a.tar.gz",
+        "https://0.0.0.0/a.tar.gz",
+        "https://0/a.tar.gz",
+        "https://10.1.2.3/a.tar.gz",
+        "https://172.16.0.1/a.tar.gz",
+        "https://172.31.255.255/a.tar.gz",
+        "https://192.168.1.1/a.tar.gz",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://100.64.0.1/a.tar.gz",
+        "https://intranet/a.tar.gz",
+        "https://printer.local/a.tar.gz",
+        "https://metadata.google.internal/a.tar.gz",
+        `http://localhost:${new URL(base).port}/sum.tar.gz`,
+        "file:///etc/passwd",
+        "gopher://example.com/a.tar.gz",
+      ].map((url) => ({ prompt: "x", source: "archive", archive: { url } })),
     ]) {
       const r = await create(body);
       expect([r.status, r.type, (r.json as { code: string }).code], JSON.stringify(body)).toEqual([

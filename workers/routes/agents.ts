@@ -17,7 +17,9 @@ import {
   type Task,
   type TaskEvent,
 } from "../../protocol/agents/task.js";
+import { archiveUrlRefusal } from "../../protocol/agents/archive-url.js";
 import { newId } from "../../protocol/ids.js";
+import { allowedArchiveOrigins } from "../../durable-objects/agent-task/archive.js";
 import type { TaskResult } from "../../durable-objects/agent-task/result.js";
 import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
 import type { AppEnv } from "../app-env.js";
@@ -96,6 +98,12 @@ export const agents = new Hono<AppEnv>()
       throw new ConfigError(
         `Invalid agent settings: ${settings.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
       );
+    // Before anything is made for the task: the task object checks again at every redirect.
+    const refusal = body.archive && archiveUrlRefusal(new URL(body.archive.url), allowedArchiveOrigins(c.env));
+    if (refusal)
+      throw new ApiError("invalid_request", `The request body is invalid: archive.url: ${refusal}`, {
+        errors: [{ path: "archive.url", message: refusal }],
+      });
     const { org, user, key } = c.get("principal");
     if (body.workspace && !(await getWorkspace(database(c.env.DB), org.id, body.workspace.id)))
       throw new ApiError("not_found", `No workspace \`${body.workspace.id}\` in your org.`);
