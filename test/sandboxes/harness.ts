@@ -8,16 +8,24 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll } from "vitest";
 import type { CreateSandboxRequest } from "../../protocol/agents/sandbox.js";
-import { startSandboxHost, type SandboxHostOptions } from "../../sandboxes/host.js";
+import { startSandboxHost, type SandboxHost, type SandboxHostOptions } from "../../sandboxes/host.js";
 
 export const TOKEN = "test-token-0123456789abcdef";
 
 /** Whether bubblewrap can make a sandbox here (installed, and namespaces allowed); checked once. */
 export const bwrapRuns = bubblewrapWorks();
 
+/**
+ * Whether the isolation tests run: where bubblewrap can make a sandbox, and always under CI=true,
+ * where a machine that cannot must fail them rather than pass them by not running them.
+ */
+export const isolationTestsRun = bwrapRuns || !!process.env.CI;
+
 export interface TestHost {
   url: string;
   root: string;
+  /** How the host caps a sandbox as a whole (what it said at start). */
+  isolation: SandboxHost["isolation"];
   request(method: string, path: string, body?: unknown, token?: string | null): Promise<{ status: number; body: any }>;
   create(id: string, request?: Omit<CreateSandboxRequest, "id">): Promise<void>;
   upload(id: string, files: Record<string, string>, executable?: string[]): Promise<void>;
@@ -32,6 +40,7 @@ export function useHost(options: Partial<SandboxHostOptions> = {}): TestHost {
     host.root = mkdtempSync(join(tmpdir(), "sextant-sandbox-test-"));
     const started = await startSandboxHost({ token: TOKEN, root: host.root, driver: "direct", ...options });
     host.url = started.url;
+    host.isolation = started.isolation;
     stop = started.stop;
   });
   afterAll(async () => {

@@ -65,8 +65,16 @@ export interface SandboxHostHandle {
   stop(): Promise<void>;
 }
 
-/** A sandbox host of the test's own (bubblewrap where it runs). */
+/**
+ * A sandbox host of the test's own: bubblewrap where it runs, and under CI=true always (a machine
+ * where it cannot fails the agent tests, rather than run them with less isolation than users get).
+ */
 export async function startTestSandboxHost(): Promise<SandboxHostHandle> {
+  const bwrap = bubblewrapWorks();
+  if (!bwrap && process.env.CI)
+    throw new Error(
+      "bubblewrap cannot make a sandbox on this machine (apt-get install bubblewrap): CI runs agents under it.",
+    );
   const token = `test-${crypto.randomUUID()}`;
   const root = mkdtempSync(join(tmpdir(), "sextant-sandboxes-"));
   const host = await startSandboxHost({
@@ -74,7 +82,7 @@ export async function startTestSandboxHost(): Promise<SandboxHostHandle> {
     port: 0,
     token,
     root,
-    driver: bubblewrapWorks() ? "bubblewrap" : "direct",
+    driver: bwrap ? "bubblewrap" : "direct",
   });
   return { url: host.url, token, root, stop: () => host.stop() };
 }

@@ -1,0 +1,132 @@
+/**
+ * One org's hostile task beside another org's benign one, at the host's own API (under `direct`,
+ * the driver where a task's commands reach the host's filesystem): FIFOs, a diff of rewritten
+ * files, and symlinks swapped under the file tools. The benign task's calls must all answer while
+ * the attacker does its worst, and nothing may be written outside the attacker's tree.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { callId, useHost } from "./harness.js";
+
+const host = useHost({ driver: "direct" });
+const ATTACKER = "hostile-attacker";
+const VICTIM = "hostile-victim";
+
+const run = async (id: string, command: string, timeoutMs = 60_000) => {
+  const r = await host.call(id, callId(), "run_terminal", { command, timeoutMs });
+  if (!r.ok) throw new Error(JSON.stringify(r.error));
+  return r.result as { exitCode: number | null; stdout: string; stderr: string };
+};
+
+/** What another org's task does meanwhile: a sandbox made, a file written and read back. */
+async function victimWorks(round: number): Promise<void> {
+  const id = `hostile-victim-${round}`;
+  await host.create(id, { tenant: "org-victim-0001" });
+  const created = await host.call(id, callId(), "create_file", { path: "a.txt", content: `round ${round}\n` });
+  expect(created.ok).toBe(true);
+  const read = await host.call(id, callId(), "read_file", { path: "a.txt" });
+  expect(read).toMatchObject({ ok: true, result: { content: `round ${round}\n` } });
+  expect((await host.request("DELETE", `/v1/sandboxes/${id}`)).status).toBe(204);
+}
+
+let outside: string;
+beforeAll(async () => {
+  await host.create(ATTACKER, { tenant: "org-attacker-01" });
+  await host.create(VICTIM, { tenant: "org-victim-0001" });
+  await host.upload(VICTIM, { "main.py": "print('hello')\n" });
+  // A directory outside every tree, owned by root, that the attacker aims its links at.
+  outside = mkdtempSync(join(tmpdir(), "sextant-outside-"));
+  writeFileSync(join(outside, "keep.txt"), "root's\n");
+});
+afterAll(() => rmSync(outside, { recursive: true, force: true }));
+
+describe("a hostile task beside another org's", () => {
+  it("answers file tools on FIFOs at once, and the host keeps serving others meanwhile", async () => {
+    await run(ATTACKER, "mkfifo p1 p2 p3 p4 p5 p6 p7 p8");
+    // More blocked opens than libuv has threads would wedge every fs operation of the host.
+    const attacks = [
+      ...["p1", "p2", "p3", "p4", "p5"].map((path) => host.call(ATTACKER, callId(), "read_file", { path })),
+      host.call(ATTACKER, callId(), "edit_file", { path: "p6", oldText: "a", newText: "b" }),
+      host.call(ATTACKER, callId(), "grep", { pattern: "no such text anywhere" }),
+      host.request("POST", `/v1/sandboxes/${ATTACKER}/files`, {
+        files: [{ path: "p7", content: Buffer.from("x").toString("base64") }],
+      }),
+      host.request("GET", `/v1/sandboxes/${ATTACKER}/diff`),
+    ];
+    await victimWorks(1);
+    const answers = await Promise.all(attacks);
+    for (const a of answers.slice(0, 6)) expect(a).toMatchObject({ ok: false, error: { code: "not_regular" } });
+    expect(answers[6]).toMatchObject({ ok: true, result: { matches: [] } });
+    // An upload replaces what is at its path, a FIFO included, without opening it.
+    expect(answers[7]).toMatchObject({ status: 200 });
+    expect(answers[8]).toMatchObject({ status: 200 });
+    await victimWorks(2);
+  });
+
+  it("diffs rewritten megabyte files without holding the host, as whole replacements git applies", async () => {
+    const lines = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `${tag} ${i} ${i * 7919}`).join("\n");
+    const files: Record<string, string> = {};
+    for (const name of ["lock-a.json", "lock-b.json", "lock-c.json"]) files[name] = lines("old", 40_000) + "\n";
+    await host.upload(ATTACKER, files);
+    await run(ATTACKER, `for f in lock-a.json lock-b.json lock-c.json; do seq 1 40000 | sed 's/^/new /' > $f; done`);
+    const diff = host.request("GET", `/v1/sandboxes/${ATTACKER}/diff`);
+    await victimWorks(3);
+    const answer = await diff;
+    expect(answer.status).toBe(200);
+    expect(answer.body.filesChanged).toBeGreaterThanOrEqual(3);
+    expect(answer.body.insertions).toBeGreaterThanOrEqual(120_000);
+    // The diff applies to the files as uploaded, giving the files as they are now.
+    const copy = mkdtempSync(join(tmpdir(), "sextant-apply-"));
+    try {
+      for (const [name, text] of Object.entries(files)) writeFileSync(join(copy, name), text);
+      writeFileSync(join(copy, "change.diff"), answer.body.diff);
+      execFileSync("git", ["apply", "--include=lock-*", "change.diff"], { cwd: copy });
+      for (const name of Object.keys(files))
+        expect(readFileSync(join(copy, name), "utf8")).toBe(
+          readFileSync(join(host.root, ATTACKER, "disk", "tree", name), "utf8"),
+        );
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
+  });
+
+  it("writes nothing outside the tree however its symlinks are swapped under the file tools", async () => {
+    // The attacker's own command swaps `d` between a directory and a link out, as fast as it can.
+    const swapping = run(
+      ATTACKER,
+      `end=$(($(date +%s) + 4)); while [ $(date +%s) -lt $end ]; do rm -rf d; mkdir d; rm -rf d; ln -s ${outside} d; done; rm -rf d`,
+      30_000,
+    );
+    const calls: Promise<{ ok: boolean }>[] = [];
+    for (let i = 0; i < 300; i++) {
+      calls.push(host.call(ATTACKER, callId(), "create_file", { path: `d/created-${i}.txt`, content: "escaped\n" }));
+      calls.push(host.call(ATTACKER, callId(), "create_file", { path: `d/deep/${i}/x.txt`, content: "escaped\n" }));
+      if (i % 20 === 0) await new Promise((r) => setTimeout(r, 5));
+    }
+    const outcomes = await Promise.all(calls);
+    await swapping;
+    expect(readdirSync(outside)).toEqual(["keep.txt"]);
+    expect(statSync(outside).uid).toBe(process.getuid!());
+    // Some calls met a directory and wrote into the tree; the rest were refused, none escaped.
+    expect(outcomes.length).toBe(600);
+  });
+
+  it("refuses a link out of the tree, and a hard link to a file it does not own", async () => {
+    await run(ATTACKER, `ln -s ${outside} out; ln -s ${join(outside, "keep.txt")} keep`);
+    for (const [tool, args] of [
+      ["read_file", { path: "keep" }],
+      ["read_file", { path: "out/keep.txt" }],
+      ["create_file", { path: "out/new.txt", content: "x" }],
+      ["edit_file", { path: "keep", oldText: "root", newText: "mine" }],
+      ["list_dir", { path: "out" }],
+      ["grep", { pattern: "root", path: "out" }],
+    ] as const) {
+      const r = await host.call(ATTACKER, callId(), tool, args);
+      expect(r, tool).toMatchObject({ ok: false, error: { code: "outside_tree" } });
+    }
+    expect(readdirSync(outside)).toEqual(["keep.txt"]);
+  });
+});
