@@ -2,7 +2,9 @@
  * Editor events (`POST /v1/events`): what the editor saw happen to a suggestion, an answer, an
  * edit or an agent task. Validated strictly, one event at a time: an event with a field this
  * schema does not name is refused, so no prompt, completion, code or path reaches the lake by an
- * extra field. The SDK and the edge share these schemas.
+ * extra field, and each field holds only the shape of what it names (an id, a model's name, an
+ * editor's name and version), short, so that no text rides in on a named one either. The SDK and
+ * the edge share these schemas.
  */
 import { z } from "zod";
 
@@ -14,17 +16,43 @@ export const MAX_EVENT_AGE_DAYS = 7;
 /** How far ahead of the edge's clock an event's time may lie (client clock skew). */
 export const MAX_EVENT_SKEW_MS = 5 * 60_000;
 
-/** A client-chosen id, the same on every retry of the event (a UUID, a ULID): the lake keeps one row per id. */
-export const EventId = z
-  .string()
-  .regex(/^[A-Za-z0-9_-]{8,128}$/, "8 to 128 letters, digits, '-' or '_' (a UUID or ULID)");
-
-const Token = (max: number) =>
+/**
+ * An id a client chose (a UUID, a ULID, `req-42`): up to 40 letters, digits, '-' or '_', room for a
+ * UUID with a short prefix and no more, so that an id cannot carry a base64 blob.
+ */
+const ClientId = (min: number) =>
   z
     .string()
-    .min(1)
-    .max(max)
-    .regex(/^[\w.:/@+-]+$/, "letters, digits and . : / @ + - _ only");
+    .regex(
+      new RegExp(`^[A-Za-z0-9][A-Za-z0-9_-]{${min - 1},39}$`),
+      `${min} to 40 letters, digits, '-' or '_', starting with a letter or digit (a UUID or ULID)`,
+    );
+
+/** A client-chosen id, the same on every retry of the event (a UUID, a ULID): the lake keeps one row per id. */
+export const EventId = ClientId(8);
+
+/**
+ * A model's public name as gateways spell them (`tab-simulated`, `Qwen/Qwen2.5-Coder-7B`,
+ * `claude-sonnet-4-5`, `qwen2.5-coder:7b`, Workers AI's `@cf/meta/llama-3.1-8b-instruct`): 64
+ * characters at most, the longest names in use being well under that.
+ */
+export const ModelName = z
+  .string()
+  .regex(
+    /^@?[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}$/,
+    "a model's name: up to 64 letters, digits and . _ : / - (an optional leading @)",
+  );
+
+/** The editor and its version, e.g. `vscode/1.96.2`, `jetbrains-idea/2024.3`, `sextant-cli`. */
+const ClientName = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._-]{0,31}(?:\/[A-Za-z0-9][A-Za-z0-9.+-]{0,23})?$/,
+    "an editor's name (32 characters at most) and optionally /version (24 at most), e.g. vscode/1.96",
+  );
+
+/** An agent task's id, as the edge gives it (`task_` and 20 lowercase letters or digits). */
+const TaskId = z.string().regex(/^task_[0-9a-z]{20}$/, "an agent task's id (task_…)");
 
 /** Milliseconds since the epoch, or an ISO 8601 time with its offset. */
 const EventTime = z
@@ -37,12 +65,12 @@ const count = z.number().int().min(0).max(100_000_000);
 const common = {
   id: EventId,
   at: EventTime,
-  /** The `X-Request-Id` of the edge request the event is about: joins it to the edge's own record. */
-  request_id: Token(128).optional(),
-  /** The editor session (the `TabSession` id). */
-  session_id: Token(128).optional(),
+  /** The `X-Request-Id` of the edge request the event is about (a UUID): joins it to the edge's own record. */
+  request_id: ClientId(1).optional(),
+  /** The editor session (the `TabSession` id, a UUID). */
+  session_id: ClientId(1).optional(),
   /** The public model name the request named. */
-  model: Token(256).optional(),
+  model: ModelName.optional(),
   language: z
     .string()
     .regex(/^[a-z0-9+#._-]{1,32}$/, "a language name such as typescript or c++")
@@ -53,14 +81,15 @@ const common = {
     .regex(/^[0-9a-f]{16,64}$/, "16 to 64 lowercase hex digits: a keyed hash of the path, never the path")
     .optional(),
   /** The editor and its version, e.g. `vscode/1.96`. */
-  client: Token(64).optional(),
+  client: ClientName.optional(),
   /**
    * Text the event is about (the suggestion, the prompt), only for an org that opted in, and only
    * encrypted with a key the org holds: the edge stores the ciphertext as it came.
    */
   content: z
     .strictObject({
-      key_id: Token(64),
+      /** The org's name for its key, e.g. `acme-2026`. */
+      key_id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$/, "a key's name: up to 40 letters, digits, . _ -"),
       ciphertext: z.base64().max(87_384, "at most 64 KiB of ciphertext"),
     })
     .optional(),
@@ -89,7 +118,7 @@ export const EditorEvent = z.discriminatedUnion("type", [
   ev("apply.kept", { lines_changed: count.optional() }),
   ev("apply.reverted", { lines_changed: count.optional() }),
   ev("agent.outcome", {
-    task_id: Token(128),
+    task_id: TaskId,
     outcome: z.enum(["applied", "discarded", "failed", "cancelled"]),
   }),
 ]);
