@@ -76,7 +76,10 @@ export async function startAgentProcesses(): Promise<AgentProcesses> {
       writeFileSync(config, JSON.stringify({ backends: [backend], control: { port: 0 } }));
       const child = launch("gpu-backends/simulator/main.ts", "simulator.mjs", ["--config", config]);
       children.push(child);
-      return firstLine<{ control: string; backends: Record<string, string> }>(child, `simulator ${backend.id}`);
+      return firstLine<{ control: string; controlToken: string; backends: Record<string, string> }>(
+        child,
+        `simulator ${backend.id}`,
+      );
     });
     const { url } = await firstLine<{ url: string }>(host, "sandbox host");
     const started = await Promise.all(sims);
@@ -89,7 +92,7 @@ export async function startAgentProcesses(): Promise<AgentProcesses> {
           for (const id of Object.keys(sim.backends)) {
             const r = await fetch(`${sim.control}/backends/${id}/agent-scripts`, {
               method: "PUT",
-              headers: { "Content-Type": "application/json" },
+              headers: { Authorization: `Bearer ${sim.controlToken}`, "Content-Type": "application/json" },
               body: JSON.stringify({ scripts }),
             });
             if (!r.ok) throw new Error(`setting ${id}'s scripts: ${r.status} ${await r.text()}`);

@@ -89,7 +89,11 @@ function inProcess(sim: Simulator): BenchBackends {
   };
 }
 
-const Started = z.object({ control: z.string(), backends: z.record(z.string(), z.string()) });
+const Started = z.object({
+  control: z.string(),
+  controlToken: z.string(),
+  backends: z.record(z.string(), z.string()),
+});
 const ControlRecord = z.looseObject({
   seq: z.number(),
   requestId: z.string(),
@@ -122,7 +126,11 @@ async function separateProcess(backends: BackendOptions[]): Promise<BenchBackend
     const path = id ? `/${encodeURIComponent(id)}${rest}` : "";
     const response = await fetch(`${started.control}/backends${path}`, {
       method,
-      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+      headers: {
+        authorization: `Bearer ${started.controlToken}`,
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     if (!response.ok) throw new Error(`simulator control ${method} ${path}: ${response.status}`);
     return (await response.json()) as unknown;

@@ -108,9 +108,15 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
   if (config) vars.push(`GATEWAY_CONFIG:${config.trimStart().startsWith("{") ? config : readFileSync(config, "utf8")}`);
   if (vars.some((v) => GATEWAY_VARS.some((name) => v.startsWith(`${name}:`)))) return { vars };
   const agentScripts = existsSync(args["agent-scripts"]) ? loadAgentScripts(args["agent-scripts"]) : [];
+  // The control API can rewrite every answer the backends give: only who holds its token may use it.
+  const token = process.env.SIMULATOR_CONTROL_TOKEN || undefined;
+  if (token !== undefined && token.length < 16) {
+    console.error("SIMULATOR_CONTROL_TOKEN must be 16 characters or more.");
+    process.exit(2);
+  }
   const simulator = await startSimulator({
     backends: LOCAL_BACKENDS.map((b) => ({ ...b, agentScripts })),
-    control: true,
+    control: token ? { token } : true,
   });
   const urls = Object.fromEntries(simulator.backends.map((b) => [b.id, b.url]));
   console.log(`Simulated GPU backends: ${simulator.backends.map((b) => `${b.id} ${b.url}`).join(", ")}`);
@@ -301,7 +307,10 @@ try {
         : `Development key saved to ${localEdgePath()} (the CLI finds it).\n` + `Try: npx sextant whoami\n`) +
       (gateway.simulator
         ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
-          `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n`
+          `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n` +
+          `Their control API wants Authorization: Bearer ${
+            process.env.SIMULATOR_CONTROL_TOKEN ? "$SIMULATOR_CONTROL_TOKEN" : gateway.simulator.controlToken
+          } (SIMULATOR_CONTROL_TOKEN sets it).\n`
         : "") +
       (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : "") +
       `Operator dashboard: ${baseURL}/admin/dashboard (sign in with ADMIN_SECRET from .dev.vars).\n`,

@@ -1,8 +1,10 @@
 /**
  * The simulator as a process: starts SIMULATED backends and the control server, prints one JSON line
- * `{"control":"http://127.0.0.1:P","backends":{"<id>":"http://127.0.0.1:Q/v1"}}` on stdout once they
- * listen, and stops on SIGTERM or SIGINT. Exit codes: 0 stopped, 2 bad arguments or configuration,
- * 1 anything else (a port in use).
+ * `{"control":"http://127.0.0.1:P","controlToken":"…","backends":{"<id>":"http://127.0.0.1:Q/v1"}}`
+ * on stdout once they listen, and stops on SIGTERM or SIGINT. The control API wants that token as a
+ * bearer token: `SIMULATOR_CONTROL_TOKEN` (an environment variable rather than a flag, which every
+ * user of the machine could read in `ps`), else the config file's `control.token`, else one minted
+ * for the run. Exit codes: 0 stopped, 2 bad arguments or configuration, 1 anything else (a port in use).
  *
  *   tsx gpu-backends/simulator/main.ts --config backends.json
  *   tsx gpu-backends/simulator/main.ts --id local --port 8100 --ttft-ms 40 --model qwen2.5-coder-7b
@@ -31,6 +33,9 @@ Without --config, one backend from flags:
   --api-key <key>            require Authorization: Bearer <key>
   --embedding-dims <n>       default 16
   --agent-scripts <dir>      the scripted agent model's scripts (*.json), for every backend
+
+The control API wants Authorization: Bearer <token>: SIMULATOR_CONTROL_TOKEN (16 characters or
+more), else the file's "control":{"token":…}, else a new one. The line printed once listening says it.
 `;
 
 const FLAGS = {
@@ -74,7 +79,7 @@ function number(flag: string, value: string): number {
   return n;
 }
 
-async function options(): Promise<SimulatorOptions & { control: { port?: number } }> {
+async function options(): Promise<SimulatorOptions & { control: { port?: number; token?: string } }> {
   const { values } = parseArgs({ options: FLAGS, strict: true, allowPositionals: false });
   if (values.help) {
     process.stdout.write(USAGE);
@@ -84,15 +89,19 @@ async function options(): Promise<SimulatorOptions & { control: { port?: number 
   const scripts = values["agent-scripts"] === undefined ? undefined : loadAgentScripts(values["agent-scripts"]);
   const withScripts = <T extends object>(b: T) => (scripts ? { ...b, agentScripts: scripts } : b);
   const controlPort = values["control-port"] === undefined ? undefined : number("control-port", values["control-port"]);
+  const controlToken = process.env.SIMULATOR_CONTROL_TOKEN || undefined;
+  if (controlToken !== undefined && controlToken.length < 16)
+    throw new Error("SIMULATOR_CONTROL_TOKEN must be 16 characters or more");
+  const flags = {
+    ...(controlPort === undefined ? {} : { port: controlPort }),
+    ...(controlToken === undefined ? {} : { token: controlToken }),
+  };
   if (values.config) {
     const text = await readFile(values.config, "utf8");
     const parsed = ConfigFile.safeParse(JSON.parse(text));
     if (!parsed.success) throw new Error(`${values.config}: ${issues(parsed.error)}`);
     const control = typeof parsed.data.control === "object" ? parsed.data.control : {};
-    return {
-      backends: parsed.data.backends.map(withScripts),
-      control: { ...control, ...(controlPort === undefined ? {} : { port: controlPort }) },
-    };
+    return { backends: parsed.data.backends.map(withScripts), control: { ...control, ...flags } };
   }
   const backend: Record<string, unknown> = { id: values.id ?? "sim" };
   for (const [flag, option] of Object.entries(NUMERIC)) {
@@ -104,7 +113,7 @@ async function options(): Promise<SimulatorOptions & { control: { port?: number 
   if (values["api-key"] !== undefined) backend.apiKey = values["api-key"];
   const parsed = BackendOptions.safeParse(backend);
   if (!parsed.success) throw new Error(issues(parsed.error));
-  return { backends: [withScripts(parsed.data)], control: controlPort === undefined ? {} : { port: controlPort } };
+  return { backends: [withScripts(parsed.data)], control: flags };
 }
 
 async function main() {
@@ -118,7 +127,7 @@ async function main() {
   }
   const sim = await startSimulator(config);
   const backends = Object.fromEntries(sim.backends.map((b) => [b.id, b.url]));
-  process.stdout.write(`${JSON.stringify({ control: sim.control, backends })}\n`);
+  process.stdout.write(`${JSON.stringify({ control: sim.control, controlToken: sim.controlToken, backends })}\n`);
   const shutdown = (signal: string) => {
     process.stderr.write(`simulator: ${signal}, stopping\n`);
     sim.stop().then(

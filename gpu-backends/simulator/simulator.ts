@@ -15,7 +15,7 @@
  * `maxConcurrency`, 503 beyond. Faults (refused connections, error statuses, hangs, broken streams,
  * slow drips, failing health) are set per backend and changed at run time.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
@@ -101,8 +101,20 @@ export type BackendOptions = z.infer<typeof BackendOptions>;
 
 export const SimulatorOptions = z.strictObject({
   backends: z.array(BackendOptions),
-  /** Also start the control server (`true`: on an ephemeral port). */
-  control: z.union([z.boolean(), z.strictObject({ port: z.number().int().min(0).max(65_535).optional() })]).optional(),
+  /**
+   * Also start the control server (`true`: on an ephemeral port, with a token minted for it). Every
+   * control request must carry `Authorization: Bearer <token>`: anything else on the machine could
+   * otherwise rewrite every answer the backends give (and read their keys).
+   */
+  control: z
+    .union([
+      z.boolean(),
+      z.strictObject({
+        port: z.number().int().min(0).max(65_535).optional(),
+        token: z.string().min(16, "the control token must be 16 characters or more").optional(),
+      }),
+    ])
+    .optional(),
 });
 export type SimulatorOptions = z.infer<typeof SimulatorOptions>;
 
@@ -163,6 +175,8 @@ export interface Simulator {
   backend(id: string): SimulatedBackend;
   /** The control server's URL, when started with `control`. */
   control?: string;
+  /** The bearer token every control request must carry, when started with `control`. */
+  controlToken?: string;
   /** Closes every server and drops every connection, hanging ones included. */
   stop(): Promise<void>;
 }
@@ -976,7 +990,10 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
     return found;
   };
   const controlServer = control
-    ? await startControlServer(byId, control === true ? 0 : (control.port ?? 0)).catch(async (err: unknown) => {
+    ? await startControlServer(byId, {
+        port: control === true ? 0 : (control.port ?? 0),
+        token: (control === true ? undefined : control.token) ?? randomBytes(32).toString("base64url"),
+      }).catch(async (err: unknown) => {
         await stopBackends();
         throw err;
       })
@@ -985,9 +1002,17 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
   return {
     backends,
     backend,
-    ...(controlServer ? { control: controlServer.url } : {}),
+    ...(controlServer ? { control: controlServer.url, controlToken: controlServer.token } : {}),
     stop: () => (stopped ??= Promise.all([stopBackends(), controlServer?.close()]).then(() => undefined)),
   };
+}
+
+/** Whether `header` is `Bearer <token>`, in time that does not depend on where they differ. */
+function bearerMatches(header: string | undefined, token: string): boolean {
+  const given = /^Bearer (.+)$/.exec(header ?? "")?.[1] ?? "";
+  // Digests, so the comparison takes the same time whatever the lengths.
+  const digest = (text: string) => createHash("sha256").update(text).digest();
+  return timingSafeEqual(digest(given), digest(token));
 }
 
 /**
@@ -995,8 +1020,9 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
  * `PATCH /backends/:id` (a patch of options), `GET /backends/:id/records?since=seq`,
  * `DELETE /backends/:id/records` (clears them and the peak), `POST /backends/:id/reset-peak`,
  * `PUT /backends/:id/agent-scripts` (`{ scripts }`, replacing the scripted agent model's scripts).
+ * Every request carries `Authorization: Bearer <token>`, or gets 401.
  */
-async function startControlServer(backends: Map<string, Backend>, port: number) {
+async function startControlServer(backends: Map<string, Backend>, { port, token }: { port: number; token: string }) {
   const view = (b: Backend) => ({
     id: b.id,
     url: b.url,
@@ -1051,11 +1077,22 @@ async function startControlServer(backends: Map<string, Backend>, port: number) 
     }
   };
   const server = createServer((req, res) => {
-    const reply = ([status, body]: [number, unknown]) => {
-      res.writeHead(status, { "content-type": "application/json", "X-Simulator": "sextant" });
+    const reply = ([status, body]: [number, unknown], headers: Record<string, string> = {}) => {
+      res.writeHead(status, { "content-type": "application/json", "X-Simulator": "sextant", ...headers });
       res.end(JSON.stringify(body));
     };
-    answer(req).then(reply, (err: unknown) => reply([500, errorBody(500, String(err))]));
+    if (!bearerMatches(req.headers.authorization, token)) {
+      // Nothing of the request is read: the body may be anyone's.
+      req.resume();
+      return reply(
+        [401, errorBody(401, "The control API needs Authorization: Bearer <the simulator's control token>.")],
+        { "WWW-Authenticate": 'Bearer realm="simulator-control"' },
+      );
+    }
+    answer(req).then(
+      (answered) => reply(answered),
+      (err: unknown) => reply([500, errorBody(500, String(err))]),
+    );
   });
   await new Promise<void>((ok, fail) => {
     server.once("error", fail);
@@ -1067,5 +1104,5 @@ async function startControlServer(backends: Map<string, Backend>, port: number) 
     server.closeAllConnections();
     return closed.then(() => undefined);
   };
-  return { url, close };
+  return { url, token, close };
 }

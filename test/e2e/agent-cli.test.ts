@@ -64,15 +64,14 @@ const jsonLines = (stdout: string) =>
  * `npm start` prints); the returned function sets it back.
  */
 async function slowModel(ttftMs: number): Promise<() => Promise<void>> {
-  const control = stack.edge.output().match(/control: (http:\/\/[^)\s]+)\)/)?.[1];
-  if (!control) throw new Error("npm start printed no simulator control URL");
-  const { backends } = (await (await fetch(`${control}/backends`)).json()) as {
+  const { url: control, headers } = stack.edge.simulatorControl();
+  const { backends } = (await (await fetch(`${control}/backends`, { headers })).json()) as {
     backends: { id: string; options: { ttftMs: number } }[];
   };
   const patch = (id: string, ms: number) =>
     fetch(`${control}/backends/${encodeURIComponent(id)}`, {
       method: "PATCH",
-      headers: { "Content-Type": "application/json" },
+      headers: { ...headers, "Content-Type": "application/json" },
       body: JSON.stringify({ ttftMs: ms }),
     }).then((r) => expect(r.status).toBe(200));
   await Promise.all(backends.map((b) => patch(b.id, ttftMs)));

@@ -235,7 +235,11 @@ describe("the scripted agent model", () => {
 
   it("replaces the scripts through PUT /backends/:id/agent-scripts, and refuses a bad one", async () => {
     const put = (id: string, body: string) =>
-      fetch(`${sim.control}/backends/${id}/agent-scripts`, { method: "PUT", body });
+      fetch(`${sim.control}/backends/${id}/agent-scripts`, {
+        method: "PUT",
+        body,
+        headers: { Authorization: `Bearer ${sim.controlToken}` },
+      });
     const replacement: AgentScript = { name: "other", match: "(script: other)", turns: [{ content: "Hello." }] };
     try {
       const res = await put("a", JSON.stringify({ scripts: [replacement] }));

@@ -711,14 +711,64 @@ describe("load", () => {
   });
 });
 
+/** A request to the control API with its token. */
+const controlFetch = (path: string, init: RequestInit = {}) =>
+  fetch(`${sim.control}${path}`, {
+    ...init,
+    headers: { ...(init.headers as Record<string, string>), Authorization: `Bearer ${sim.controlToken}` },
+  });
+
 describe("control", () => {
+  it("refuses every route without its token, or with another (401), and answers with it", async () => {
+    const routes: [string, string][] = [
+      ["GET", "/backends"],
+      ["PATCH", "/backends/faulty"],
+      ["GET", "/backends/faulty/records"],
+      ["DELETE", "/backends/faulty/records"],
+      ["POST", "/backends/faulty/reset-peak"],
+      ["PUT", "/backends/faulty/agent-scripts"],
+      ["GET", "/nowhere"],
+    ];
+    const token = sim.controlToken!;
+    expect(token.length).toBeGreaterThanOrEqual(32);
+    const refusals: Record<string, string>[] = [
+      {},
+      { Authorization: "Bearer" },
+      { Authorization: `Bearer ${token.slice(0, -1)}` },
+      { Authorization: `Bearer ${token}x` },
+      { Authorization: `Basic ${token}` },
+      { Authorization: token },
+    ];
+    const patch = JSON.stringify({ fault: { type: "status", status: 500 } });
+    for (const [method, path] of routes)
+      for (const headers of refusals) {
+        const r = await fetch(`${sim.control}${path}`, { method, headers, body: method === "PATCH" ? patch : null });
+        expect([method, path, r.status]).toEqual([method, path, 401]);
+        expect(r.headers.get("www-authenticate")).toMatch(/^Bearer/);
+        expect(await r.json()).toMatchObject({ error: { type: "AuthenticationError", code: 401 } });
+      }
+    // Nothing the refused requests asked for happened.
+    expect(sim.backend("faulty").options().fault).toEqual({ type: "none" });
+    expect((await controlFetch("/backends")).status).toBe(200);
+    // Another simulator's token opens only its own.
+    const other = await startSimulator({ control: { token: "another-token-0123456789" }, backends: [{ id: "x" }] });
+    try {
+      expect(other.controlToken).toBe("another-token-0123456789");
+      const auth = (t: string) => ({ headers: { Authorization: `Bearer ${t}` } });
+      expect((await fetch(`${other.control}/backends`, auth(token))).status).toBe(401);
+      expect((await fetch(`${other.control}/backends`, auth("another-token-0123456789"))).status).toBe(200);
+    } finally {
+      await other.stop();
+    }
+    await expect(startSimulator({ control: { token: "short" }, backends: [] })).rejects.toThrow(/16 characters/);
+  });
+
   it("changes options, lists records since a sequence number and clears them over HTTP", async () => {
-    const control = sim.control!;
-    const listed = (await (await fetch(`${control}/backends`)).json()) as { backends: { id: string; url: string }[] };
+    const listed = (await (await controlFetch("/backends")).json()) as { backends: { id: string; url: string }[] };
     expect(listed.backends.map((b) => b.id)).toEqual(sim.backends.map((b) => b.id));
     expect(listed.backends.find((b) => b.id === "faulty")?.url).toBe(sim.backend("faulty").url);
 
-    const patched = await fetch(`${control}/backends/faulty`, {
+    const patched = await controlFetch("/backends/faulty", {
       method: "PATCH",
       body: JSON.stringify({ fault: { type: "status", status: 502 } }),
     });
@@ -727,26 +777,26 @@ describe("control", () => {
     expect((err as APIError).status).toBe(502);
     await client("faulty").models.list();
 
-    const all = (await (await fetch(`${control}/backends/faulty/records`)).json()) as { records: RequestRecord[] };
+    const all = (await (await controlFetch("/backends/faulty/records")).json()) as { records: RequestRecord[] };
     expect(all.records.map((r) => [r.path, r.outcome, r.status])).toEqual([
       ["/v1/completions", "fault", 502],
       ["/v1/models", "completed", 200],
     ]);
     const since = all.records[0]!.seq;
-    const later = (await (await fetch(`${control}/backends/faulty/records?since=${since}`)).json()) as {
+    const later = (await (await controlFetch(`/backends/faulty/records?since=${since}`)).json()) as {
       records: RequestRecord[];
     };
     expect(later.records.map((r) => r.path)).toEqual(["/v1/models"]);
 
-    const bad = await fetch(`${control}/backends/faulty`, { method: "PATCH", body: '{"fault":{"type":"melt"}}' });
+    const bad = await controlFetch("/backends/faulty", { method: "PATCH", body: '{"fault":{"type":"melt"}}' });
     expect(bad.status).toBe(400);
-    expect((await fetch(`${control}/backends/nowhere/records`)).status).toBe(404);
+    expect((await controlFetch("/backends/nowhere/records")).status).toBe(404);
 
     expect(sim.backend("faulty").peakConcurrency()).toBe(1);
-    const cleared = await fetch(`${control}/backends/faulty/records`, { method: "DELETE" });
+    const cleared = await controlFetch("/backends/faulty/records", { method: "DELETE" });
     expect(await cleared.json()).toMatchObject({ peak: 0 });
     expect(sim.backend("faulty").records()).toEqual([]);
-    expect((await fetch(`${control}/backends/faulty/reset-peak`, { method: "POST" })).status).toBe(200);
+    expect((await controlFetch("/backends/faulty/reset-peak", { method: "POST" })).status).toBe(200);
   });
 
   it("stops with a hanging request open", async () => {
@@ -762,26 +812,47 @@ describe("control", () => {
     expect(own.backend("x").records()[0]?.outcome).toBe("error");
   });
 
-  it("runs as a process that prints its URLs and stops on SIGTERM", async () => {
+  it("runs as a process that prints its URLs and control token, and stops on SIGTERM", async () => {
     const dir = await mkdtemp(join(tmpdir(), "sextant-sim-"));
-    try {
-      const config = join(dir, "backends.json");
-      await writeFile(config, JSON.stringify({ backends: [{ id: "eu-west-1", models: ["m"] }, { id: "us-east-1" }] }));
+    const run = (token: string | undefined) => {
       const child = spawn("node_modules/.bin/tsx", ["gpu-backends/simulator/main.ts", "--config", config], {
         stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, SIMULATOR_CONTROL_TOKEN: token },
       });
       let stderr = "";
       child.stderr.on("data", (data: Buffer) => (stderr += data));
       const exited = once(child, "exit");
-      const [line] = (await once(createInterface({ input: child.stdout }), "line")) as [string];
-      const ready = JSON.parse(line) as { control: string; backends: Record<string, string> };
-      expect(Object.keys(ready.backends)).toEqual(["eu-west-1", "us-east-1"]);
-      const models = await new OpenAI({ baseURL: ready.backends["eu-west-1"], apiKey: "x" }).models.list();
-      expect(models.data.map((m) => m.id)).toEqual(["m"]);
-      expect((await fetch(`${ready.control}/backends`)).status).toBe(200);
-      child.kill("SIGTERM");
-      expect(await exited).toEqual([0, null]);
-      expect(stderr).toContain("SIGTERM, stopping");
+      const line = once(createInterface({ input: child.stdout }), "line") as Promise<[string]>;
+      return { child, exited, line, stderr: () => stderr };
+    };
+    const config = join(dir, "backends.json");
+    try {
+      await writeFile(config, JSON.stringify({ backends: [{ id: "eu-west-1", models: ["m"] }, { id: "us-east-1" }] }));
+      const given = "operator-chosen-token-0123456789";
+      const [minted, chosen, short] = [run(undefined), run(given), run("short")];
+      expect(await short.exited).toEqual([2, null]);
+      expect(short.stderr()).toContain("SIMULATOR_CONTROL_TOKEN must be 16 characters or more");
+      for (const [started, token] of [
+        [minted, undefined],
+        [chosen, given],
+      ] as const) {
+        const ready = JSON.parse((await started.line)[0]) as {
+          control: string;
+          controlToken: string;
+          backends: Record<string, string>;
+        };
+        expect(Object.keys(ready.backends)).toEqual(["eu-west-1", "us-east-1"]);
+        if (token) expect(ready.controlToken).toBe(token);
+        else expect(ready.controlToken).toMatch(/^[\w-]{43}$/);
+        const models = await new OpenAI({ baseURL: ready.backends["eu-west-1"], apiKey: "x" }).models.list();
+        expect(models.data.map((m) => m.id)).toEqual(["m"]);
+        expect((await fetch(`${ready.control}/backends`)).status).toBe(401);
+        const auth = { headers: { Authorization: `Bearer ${ready.controlToken}` } };
+        expect((await fetch(`${ready.control}/backends`, auth)).status).toBe(200);
+        started.child.kill("SIGTERM");
+        expect(await started.exited).toEqual([0, null]);
+        expect(started.stderr()).toContain("SIGTERM, stopping");
+      }
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -1,4 +1,5 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, writeSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -50,6 +51,11 @@ export interface LocalEdge {
   cpuSeconds: () => number | undefined;
   /** The edge's workerd process (Linux's `/proc`); undefined elsewhere or before it runs. */
   workerdPid: () => number | undefined;
+  /**
+   * The control API of the simulator `npm start` runs (its URL, as it prints it) and the headers
+   * that open it (the token this harness gave it); throws when it runs none.
+   */
+  simulatorControl: () => { url: string; headers: { Authorization: string } };
   stop: () => Promise<void>;
 }
 
@@ -176,6 +182,7 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
   const configDir = options.configDir ?? mkdtempSync(join(tmpdir(), "sextant-config-"));
   const persistTo = options.persistTo ?? mkdtempSync(join(tmpdir(), "sextant-state-"));
   let log = "";
+  const controlToken = `test-control-${randomBytes(16).toString("hex")}`;
   // `SEXTANT_START_COMMAND` runs start.ts another way (a bundle under plain node, bench/device/).
   const [command, ...commandArgs] = (process.env.SEXTANT_START_COMMAND ?? "npx tsx scripts/start.ts").split(" ");
   const child: ChildProcess = spawn(
@@ -196,6 +203,7 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
         SEXTANT_CONFIG_DIR: configDir,
         WRANGLER_SEND_METRICS: "false",
         ...(options.prebuilt === false || options.dev ? { SEXTANT_PREBUILT_EDGE: undefined } : {}),
+        SIMULATOR_CONTROL_TOKEN: controlToken,
       },
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
@@ -243,7 +251,21 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
   const output = () => (log.startsWith(head) ? log : head + log);
   const cpuSeconds = () => groupCpuSeconds(child.pid!);
   const workerdPid = () => processes()?.find((p) => p.pgrp === child.pid && p.comm === "workerd")?.pid;
-  return { baseURL: `http://127.0.0.1:${port}`, configDir, persistTo, output, cpuSeconds, workerdPid, stop };
+  const simulatorControl = () => {
+    const url = /control: (http:\/\/[^)\s]+)\)/.exec(output())?.[1];
+    if (!url) throw new Error("npm start printed no simulator control URL");
+    return { url, headers: { Authorization: `Bearer ${controlToken}` } };
+  };
+  return {
+    baseURL: `http://127.0.0.1:${port}`,
+    configDir,
+    persistTo,
+    output,
+    cpuSeconds,
+    workerdPid,
+    simulatorControl,
+    stop,
+  };
 }
 
 /** What `npm start` saved for the CLI in the edge's config directory: its development key and admin secret. */
