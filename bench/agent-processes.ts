@@ -12,8 +12,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import type { AgentScript } from "../gpu-backends/simulator/agent-script.js";
-import { bubblewrapWorks } from "../sandboxes/drivers.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "../scripts/local-gateway.js";
+import { chooseDriver } from "../scripts/local-sandbox.js";
 
 export interface AgentProcesses {
   /** `--var`s for `npm start`: the gateway's backends and the sandbox host. */
@@ -65,7 +65,10 @@ export async function startAgentProcesses(): Promise<AgentProcesses> {
   };
   try {
     const token = `bench-${crypto.randomUUID()}`;
-    const driver = bubblewrapWorks() ? "bubblewrap" : "direct";
+    // As `npm start` chooses: bubblewrap, or `direct` only when SEXTANT_SANDBOX_DRIVER names it.
+    const choice = chooseDriver();
+    if (!choice.driver) throw new Error(choice.refusal);
+    const driver = choice.driver;
     const host = launch("sandboxes/main.ts", "sandbox-host.mjs", ["--port", "0", "--driver", driver], {
       SANDBOX_TOKEN: token,
     });

@@ -20,7 +20,13 @@ import {
 } from "../client/cli/credentials.js";
 import { loadAgentScripts } from "../gpu-backends/simulator/agent-script.js";
 import { startSimulator, type Simulator } from "../gpu-backends/simulator/simulator.js";
-import { startLocalSandboxHost, type LocalSandboxHost } from "./local-sandbox.js";
+import {
+  chooseDriver,
+  driverBanner,
+  startLocalSandboxHost,
+  type DriverChoice,
+  type LocalSandboxHost,
+} from "./local-sandbox.js";
 import { startEdge } from "./edge.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
 
@@ -268,16 +274,31 @@ async function miniflare(vars: string[]): Promise<Running> {
   };
 }
 
+/**
+ * Which driver runs agent tasks' commands (`local-sandbox.ts`), said on the console; undefined when a
+ * sandbox host is named (SANDBOX_URL) or containers are (SANDBOX_HOSTS).
+ */
+function sandboxChoice(): DriverChoice | undefined {
+  if (args.var.some((v) => v.startsWith("SANDBOX_URL:") || v.startsWith("SANDBOX_HOSTS:"))) return undefined;
+  let choice: DriverChoice;
+  try {
+    choice = chooseDriver();
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : String(err));
+    process.exit(2);
+  }
+  (choice.driver === "bubblewrap" ? console.log : console.warn)(driverBanner(choice));
+  return choice;
+}
+
 const adminSecret = ensureAdminSecret();
 applyMigrations();
 const gateway = await gatewayVars();
-// A sandbox host of its own, unless one is named (SANDBOX_URL) or containers are (SANDBOX_HOSTS).
-const sandboxes: LocalSandboxHost | undefined = args.var.some(
-  (v) => v.startsWith("SANDBOX_URL:") || v.startsWith("SANDBOX_HOSTS:"),
-)
-  ? undefined
-  : await startLocalSandboxHost();
-const vars = [...args.var, ...gateway.vars, ...(sandboxes?.vars ?? [])];
+const driver = sandboxChoice();
+const sandboxes: LocalSandboxHost | undefined = driver?.driver ? await startLocalSandboxHost(driver.driver) : undefined;
+// Without a sandbox host, the edge answers task creation with why, and how to fix it.
+const sandboxVars = sandboxes?.vars ?? (driver && !driver.driver ? [`SANDBOX_UNAVAILABLE:${driver.refusal}`] : []);
+const vars = [...args.var, ...gateway.vars, ...sandboxVars];
 let running: Running;
 try {
   running = args.dev ? wranglerDev(vars) : await miniflare(vars);
@@ -313,6 +334,7 @@ try {
           } (SIMULATOR_CONTROL_TOKEN sets it).\n`
         : "") +
       (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : "") +
+      (driver && driver.driver !== "bubblewrap" ? `${driverBanner(driver)}\n` : "") +
       `Operator dashboard: ${baseURL}/admin/dashboard (sign in with ADMIN_SECRET from .dev.vars).\n`,
   );
 } catch (err) {

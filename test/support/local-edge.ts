@@ -173,6 +173,8 @@ interface LocalEdgeOptions {
    * (`SEXTANT_PREBUILT_EDGE`, which `npm test` builds once for all its edges). Under `dev` it is never used.
    */
   prebuilt?: boolean;
+  /** More of `npm start`'s environment (`SEXTANT_SANDBOX_DRIVER`, a `PATH`); undefined unsets. */
+  env?: Record<string, string | undefined>;
 }
 
 class PortTaken extends Error {}
@@ -203,6 +205,7 @@ async function startLocalEdgeOnce(options: LocalEdgeOptions & { port: number }):
         SEXTANT_CONFIG_DIR: configDir,
         WRANGLER_SEND_METRICS: "false",
         ...(options.prebuilt === false || options.dev ? { SEXTANT_PREBUILT_EDGE: undefined } : {}),
+        ...options.env,
         SIMULATOR_CONTROL_TOKEN: controlToken,
       },
       stdio: ["ignore", "pipe", "pipe"],

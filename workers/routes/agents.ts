@@ -39,6 +39,11 @@ const KEEPALIVE_MS = 15_000;
 
 const AgentSettings = z.object({
   AGENT_MODEL: z.string().min(1).optional(),
+  /**
+   * Why this edge has no sandbox host, said to whoever creates a task in place of the bare fact:
+   * `npm start` sets it when it runs none (no working bubblewrap), with how to fix that.
+   */
+  SANDBOX_UNAVAILABLE: z.string().min(1).optional(),
   AGENT_LIMITS: z
     .string()
     .transform((text, ctx) => {
@@ -109,7 +114,7 @@ export const agents = new Hono<AppEnv>()
       throw new ApiError("not_found", `No workspace \`${body.workspace.id}\` in your org.`);
     const id = newId("task");
     const host = sandboxHost(c.env, id);
-    if (typeof host === "string") throw new ApiError("unavailable", host);
+    if (typeof host === "string") throw new ApiError("unavailable", settings.data.SANDBOX_UNAVAILABLE ?? host);
     const model = body.model ?? settings.data.AGENT_MODEL ?? DEFAULT_AGENT_MODEL;
     const limits = TaskLimits.parse(body.limits);
     const quota = c.env.AGENT_QUOTA.get(c.env.AGENT_QUOTA.idFromName(org.id));
