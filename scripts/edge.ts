@@ -4,13 +4,15 @@
  * runs) with the bindings `wrangler.toml` and `.dev.vars` declare, and state in wrangler's local
  * layout, so `wrangler d1 migrations apply --local --persist-to` and `wrangler dev` see the same
  * data. What it leaves out is `wrangler dev`'s own machinery: the proxy worker every request crosses,
- * the inspector that reports every chunk to Node, and reload on save (`npm run dev` keeps those).
+ * the inspector that reports every chunk to Node, and reload on save (`npm run dev` keeps those). The
+ * state is its user's alone (`private-state.ts`).
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { kCurrentWorker, Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
+import { makePrivate, withPrivateUmask } from "./private-state.js";
 
 export interface EdgeOptions {
   host: string;
@@ -136,26 +138,29 @@ export async function startEdge(options: EdgeOptions): Promise<Edge> {
   const env = options.env ?? process.env;
   const { dir, script, cleanup, workerOptions } = await workerFor(env);
   const state = join(options.persistTo, "v3");
-  return serveWorker(
-    {
-      ...workerOptions,
-      name: "sextant",
-      modules: true,
-      scriptPath: script,
-      modulesRoot: dir,
-      bindings: { ...workerOptions.bindings, ...options.vars },
-      d1Persist: join(state, "d1"),
-      r2Persist: join(state, "r2"),
-      durableObjectsPersist: join(state, "do"),
-      kvPersist: join(state, "kv"),
-      cachePersist: join(state, "cache"),
-    } as MiniflareOptions,
-    {
-      host: options.host,
-      port: options.port,
-      logRequests: options.logRequests,
-      onDispose: cleanup,
-      inspectorPort: inspectorPort(env),
-    },
+  makePrivate(options.persistTo);
+  return withPrivateUmask(() =>
+    serveWorker(
+      {
+        ...workerOptions,
+        name: "sextant",
+        modules: true,
+        scriptPath: script,
+        modulesRoot: dir,
+        bindings: { ...workerOptions.bindings, ...options.vars },
+        d1Persist: join(state, "d1"),
+        r2Persist: join(state, "r2"),
+        durableObjectsPersist: join(state, "do"),
+        kvPersist: join(state, "kv"),
+        cachePersist: join(state, "cache"),
+      } as MiniflareOptions,
+      {
+        host: options.host,
+        port: options.port,
+        logRequests: options.logRequests,
+        onDispose: cleanup,
+        inspectorPort: inspectorPort(env),
+      },
+    ),
   );
 }

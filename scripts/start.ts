@@ -29,6 +29,7 @@ import {
 } from "./local-sandbox.js";
 import { startEdge } from "./edge.js";
 import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
+import { makePrivate, withPrivateUmask } from "./private-state.js";
 
 const DEV_EMAIL = "dev@sextant.localhost";
 
@@ -227,6 +228,7 @@ interface Running {
 }
 
 function wranglerDev(vars: string[]): Running {
+  const previousUmask = process.umask(0o077);
   const child = spawn(
     "npx",
     [
@@ -243,6 +245,8 @@ function wranglerDev(vars: string[]): Running {
     ],
     { stdio: ["inherit", "inherit", "inherit"], env: { ...wranglerEnv, CI: process.env.CI ?? "" } },
   );
+  // wrangler and its workerd keep the umask they started with (`private-state.ts`).
+  process.umask(previousUmask);
   return {
     exited: new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? 0 : 1)))),
     stop: () => child.kill("SIGTERM"),
@@ -292,7 +296,9 @@ function sandboxChoice(): DriverChoice | undefined {
 }
 
 const adminSecret = ensureAdminSecret();
-applyMigrations();
+// Before anything writes there: the state holds key hashes and org ids (`private-state.ts`).
+makePrivate(args["persist-to"]);
+await withPrivateUmask(applyMigrations);
 const gateway = await gatewayVars();
 const driver = sandboxChoice();
 const sandboxes: LocalSandboxHost | undefined = driver?.driver ? await startLocalSandboxHost(driver.driver) : undefined;

@@ -1,10 +1,11 @@
 /**
  * What `npm start`'s local stack keeps from the rest of the machine: agent tasks run under
  * bubblewrap or, without it, not at all (the edge says how to install it) unless the operator names
- * the `direct` driver, which the console then says loudly. A `bwrap` that cannot make namespaces
- * (as where user namespaces are off) stands in for a machine without a working bubblewrap.
+ * the `direct` driver, which the console then says loudly; and the edge's state (D1, R2, Durable
+ * Objects) is readable by its user alone. A `bwrap` that cannot make namespaces (as where user
+ * namespaces are off) stands in for a machine without a working bubblewrap.
  */
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,16 +25,40 @@ function brokenBubblewrap(): string {
   return dir;
 }
 
+/** Every path under `dir` with permissions for group or others. */
+function openToOthers(dir: string): string[] {
+  const open: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isSymbolicLink()) continue;
+    if (lstatSync(path).mode & 0o077) open.push(`${path} ${(lstatSync(path).mode & 0o777).toString(8)}`);
+    if (entry.isDirectory()) open.push(...openToOthers(path));
+  }
+  return open;
+}
+
+const mode = (path: string) => statSync(path).mode & 0o777;
 const createTask = (edge: LocalEdge) =>
   rawCall(edge, savedLocalEdge(edge).apiKey, "POST", "/v1/agents/tasks", { prompt: "Fix it." });
 
 let off: LocalEdge;
 let direct: LocalEdge;
+/** A state directory left world-readable by an earlier `npm start`. */
+const oldState = mkdtempSync(join(tmpdir(), "sextant-old-state-"));
+
 beforeAll(async () => {
   const PATH = `${brokenBubblewrap()}:${process.env.PATH}`;
+  chmodSync(oldState, 0o755);
+  mkdirSync(join(oldState, "v3", "r2"), { recursive: true, mode: 0o755 });
+  chmodSync(join(oldState, "v3"), 0o755);
+  writeFileSync(join(oldState, "v3", "r2", "blob"), "indexed code", { mode: 0o644 });
   [off, direct] = await Promise.all([
-    startLocalEdge({ env: { PATH, SEXTANT_SANDBOX_DRIVER: undefined } }),
-    startLocalEdge({ env: { PATH, SEXTANT_SANDBOX_DRIVER: "direct" } }),
+    // A state directory npm start makes itself.
+    startLocalEdge({
+      persistTo: join(mkdtempSync(join(tmpdir(), "sextant-new-state-")), "state"),
+      env: { PATH, SEXTANT_SANDBOX_DRIVER: undefined },
+    }),
+    startLocalEdge({ persistTo: oldState, env: { PATH, SEXTANT_SANDBOX_DRIVER: "direct" } }),
   ]);
 });
 afterAll(async () => {
@@ -80,5 +105,22 @@ describe("choosing the sandbox driver", () => {
     expect(() => chooseDriver({ SEXTANT_SANDBOX_DRIVER: "none" }, { works: never, installed: never })).toThrow(
       "SEXTANT_SANDBOX_DRIVER is `none`: it is `bubblewrap` (the default) or `direct`.",
     );
+  });
+});
+
+describe("the local edge's state", () => {
+  it("is in a directory only its user can enter, holding nothing others can read", async () => {
+    // Keys and orgs are in D1, and a task's first request has its Durable Objects written.
+    await createTask(direct);
+    expect(mode(off.persistTo)).toBe(0o700);
+    for (const edge of [off, direct]) {
+      const state = join(edge.persistTo, "v3");
+      expect(mode(state)).toBe(0o700);
+      expect(readdirSync(state)).toEqual(expect.arrayContaining(["d1", "do"]));
+      expect(openToOthers(state)).toEqual([]);
+    }
+    // What an older npm start left readable is made private; the directory it names keeps its mode.
+    expect(mode(join(oldState, "v3", "r2", "blob"))).toBe(0o600);
+    expect(mode(oldState)).toBe(0o755);
   });
 });
