@@ -2,7 +2,8 @@
  * The operator's dashboard, `/admin/dashboard`: a login form that takes the admin secret and sets a
  * session cookie, then a page of charts and tables (page.html, drawn with uPlot) whose data is
  * computed at the edge and embedded in it. `GET /admin/dashboard/data` answers the same data as
- * JSON, to the cookie or to `Authorization: Bearer <admin secret>`.
+ * JSON, to the cookie or to `Authorization: Bearer <admin secret>`. Sign-in and sign-out take only
+ * requests from the dashboard's own origin, and failed sign-ins are throttled (login-throttle.ts).
  */
 import { Hono, type Context } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
@@ -15,12 +16,49 @@ import type { AppEnv } from "../../app-env.js";
 import { bearerToken } from "../../auth/authenticate.js";
 import page from "../../dashboard/page.html";
 import { dashboardData } from "../../dashboard/data.js";
+import { beginLogin } from "../../dashboard/login-throttle.js";
 import { SESSION_COOKIE, SESSION_PATH, SESSION_TTL_MS, sessionToken, validSession } from "../../dashboard/session.js";
 import { isAdminSecret } from "../../middleware/auth.js";
-import { validated } from "../../middleware/json-body.js";
+import { jsonBody, validated } from "../../middleware/json-body.js";
+import { sameOriginOnly } from "../../middleware/same-origin.js";
 import { ApiError } from "../../problem.js";
 
 const Query = z.strictObject({ day: LakeDay.optional() });
+
+/** The sign-in form's one field; the admin secret is at least 32 characters, and no secret is kilobytes long. */
+const SignIn = z.strictObject({ secret: z.string().min(1, "the admin secret is required").max(1024) });
+
+const FORM_TYPE = /^application\/x-www-form-urlencoded\s*(?:;|$)/i;
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+/**
+ * The sign-in's body: the page's form (urlencoded), or JSON from a script. Anything malformed is a
+ * problem document (415, 400, 413 past MAX_BODY_BYTES), never the HTML page, which answers only a
+ * well-formed sign-in.
+ */
+async function signInBody(c: Context<AppEnv>): Promise<{ secret: string; form: boolean }> {
+  const type = c.req.header("Content-Type") ?? "";
+  if (JSON_TYPE.test(type)) return { ...(await jsonBody(c, SignIn)), form: false };
+  if (!FORM_TYPE.test(type))
+    throw new ApiError(
+      "unsupported_media_type",
+      "Sign in with the dashboard's form (`application/x-www-form-urlencoded`) or with `application/json`.",
+    );
+  // Read outside the try: the body guard fails the read itself (413, 408), and that answer stands.
+  const bytes = await c.req.arrayBuffer();
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new ApiError("invalid_request", "The request body is not valid UTF-8.");
+  }
+  const fields = new URLSearchParams(text);
+  const names = [...fields.keys()];
+  if (new Set(names).size !== names.length)
+    throw new ApiError("invalid_request", "The request body is invalid: a field is given more than once.");
+  return { ...validated(SignIn, Object.fromEntries(fields), "body"), form: true };
+}
 
 function secretOf(c: Context<AppEnv>): string {
   const secret = c.get("config").ADMIN_SECRET;
@@ -68,6 +106,7 @@ ${message ? markup`<p class="error" role="alert">${message}</p>` : ""}
 const todayUtc = () => new Date().toISOString().slice(0, 10);
 
 export const adminDashboard = new Hono<AppEnv>()
+  .use(sameOriginOnly)
   .get("/", async (c) => {
     const { day = todayUtc() } = validated(Query, c.req.query(), "query");
     if (!(await signedIn(c))) return loginPage(c);
@@ -92,9 +131,13 @@ export const adminDashboard = new Hono<AppEnv>()
   })
   .post("/session", async (c) => {
     const secret = secretOf(c);
-    const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
-    const given = typeof form.secret === "string" ? form.secret : "";
-    if (!given || !(await isAdminSecret(given, secret))) return loginPage(c, "That is not this edge's admin secret.");
+    const given = await signInBody(c);
+    const attempt = await beginLogin(c.env, c.req.header("CF-Connecting-IP"));
+    if (!(await isAdminSecret(given.secret, secret))) {
+      if (given.form) return loginPage(c, "That is not this edge's admin secret.");
+      throw new ApiError("forbidden", "That is not this edge's admin secret.");
+    }
+    await attempt.succeeded();
     setCookie(c, SESSION_COOKIE, await sessionToken(secret), {
       path: SESSION_PATH,
       httpOnly: true,
@@ -102,7 +145,7 @@ export const adminDashboard = new Hono<AppEnv>()
       sameSite: "Strict",
       maxAge: SESSION_TTL_MS / 1000,
     });
-    return c.redirect(SESSION_PATH, 303);
+    return given.form ? c.redirect(SESSION_PATH, 303) : c.body(null, 204);
   })
   .post("/logout", (c) => {
     deleteCookie(c, SESSION_COOKIE, { path: SESSION_PATH });
