@@ -12,20 +12,18 @@
  */
 import { createTarDecoder } from "modern-tar";
 import { z } from "zod";
-import { archiveUrlRefusal } from "../../protocol/agents/archive-url.js";
+import { archiveUrlRefusal, UNUSABLE_ARCHIVE } from "../../protocol/agents/archive-url.js";
 import type { UploadFilesRequest } from "../../protocol/agents/sandbox.js";
 import { TreePath } from "../../protocol/agents/tools.js";
 import { toBase64 } from "../../protocol/base64.js";
 import { ConfigError } from "../../workers/config.js";
 
+export { UNUSABLE_ARCHIVE };
+
 /** The archive cannot be used as it is: asking again will not help. */
 export class ArchiveError extends Error {
   override readonly name = "ArchiveError";
 }
-
-/** What a task that got no archive says, however the fetch failed. */
-export const UNUSABLE_ARCHIVE =
-  "The archive could not be fetched or held no files: its URL must answer a .tar.gz or .tar over https from a public host.";
 
 /** Redirects followed at most; each one's target is checked like the first URL. */
 const MAX_REDIRECTS = 5;

@@ -12,6 +12,13 @@
  * on a local edge that is the operator's network to guard.
  */
 
+/**
+ * What a task that got no archive says, however the fetch failed: refused, broken off, a 404, not a
+ * tar, empty or redirected somewhere refused would each tell a user something of the network.
+ */
+export const UNUSABLE_ARCHIVE =
+  "The archive could not be fetched or held no files: its URL must answer a .tar.gz or .tar over https from a public host.";
+
 /** IPv4 ranges that are not a public host (RFC 6890's special-purpose registry, less the globally reachable). */
 const PRIVATE_V4: readonly (readonly [string, number])[] = [
   ["0.0.0.0", 8], // "this network", 0.0.0.0 itself

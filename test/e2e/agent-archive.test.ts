@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { packTar } from "modern-tar";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Task, TaskEvent } from "../../protocol/agents/task.js";
-import { UNUSABLE_ARCHIVE } from "../../durable-objects/agent-task/archive.js";
+import { UNUSABLE_ARCHIVE } from "../../protocol/agents/archive-url.js";
 import {
   agentFixtures,
   copyOfRepo,
