@@ -45,7 +45,7 @@ const host = await startSandboxHost({
   root: values.root ?? mkdtempSync(join(tmpdir(), "sextant-sandboxes-")),
   driver: values.driver,
 });
-process.stdout.write(`${JSON.stringify({ url: host.url, driver: values.driver })}\n`);
+process.stdout.write(`${JSON.stringify({ url: host.url, driver: values.driver, isolation: host.isolation })}\n`);
 for (const signal of ["SIGTERM", "SIGINT"] as const)
   process.once(signal, () => {
     host.stop().then(

@@ -131,6 +131,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
       idleTtlSeconds: Math.min(86_400, Math.max(SANDBOX_IDLE_TTL_SECONDS, limits.wallSeconds + 600)),
       ...(input.workspace ? { workspace: input.workspace } : {}),
+      tenant: await tenantTag(input.orgId),
     });
     this.key = await importDataKey(info.dataKey);
     const now = new Date().toISOString();
@@ -376,4 +377,15 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
   }
 
   /** One turn: the model's answer (unless the last turn's calls are still pending), then its calls. */
+}
+
+/**
+ * The org as the sandbox host knows it, for sharing its workers and CPU fairly: a hash, so the host
+ * (which holds no key and stores nothing) never learns an org's id.
+ */
+async function tenantTag(orgId: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`sextant-sandbox-tenant:${orgId}`));
+  let text = "";
+  for (const byte of new Uint8Array(digest).subarray(0, 16)) text += String.fromCharCode(byte);
+  return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }

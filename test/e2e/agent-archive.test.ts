@@ -159,7 +159,7 @@ describe("agent tasks on an archive", () => {
     expect(names).toEqual(["elsewhere.txt", "top/../escape.txt", "top/link"]);
     const diff = await stack.sdk.agents.diff(id);
     expect(diff.filesChanged).toBe(0);
-    const tree = join(host.root, id, "tree");
+    const tree = join(host.root, id, "disk", "tree");
     expect(statSync(join(tree, "bin/run.sh")).mode & 0o111).not.toBe(0);
     expect(statSync(join(tree, "ok.txt")).mode & 0o111).toBe(0);
     expect(existsSync(join(host.root, id, "escape.txt"))).toBe(false);

@@ -187,7 +187,7 @@ describe("sextant agent", () => {
     expect(run.stdout).toContain("skipped link.js: symlink");
     expect(run.stdout).toMatch(/skipped d0\/d1\/.*: path too long or too deep/);
 
-    const tree = join(host.root, id, "tree");
+    const tree = join(host.root, id, "disk", "tree");
     const uploaded = readFileSync(join(tree, "src/config.js"), "utf8");
     expect(uploaded).toBe(redact(config, await findSecrets("src/config.js", config)));
     expect(uploaded).toContain(REDACTED);

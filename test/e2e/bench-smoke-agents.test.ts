@@ -3,6 +3,8 @@ import { describe, expect, it } from "vitest";
 import { reportAgentBench, runAgentBench } from "../../bench/agents.js";
 import { reportLake, runLakeBench } from "../../bench/lake.js";
 import { ROOT } from "../support/local-edge.js";
+import { reportHostileBench, runHostileBench } from "../../sandboxes/bench-hostile.js";
+import { bubblewrapWorks } from "../../sandboxes/drivers.js";
 
 /**
  * Short runs of the agent, sandbox host and lake benchmarks, so that CI notices when one breaks (the
@@ -55,6 +57,24 @@ describe("agent benchmarks (smoke)", () => {
 });
 
 describe("sandbox host benchmarks (smoke)", () => {
+  it("bench-hostile runs benign tasks beside a hostile org's: no escape, no wedge, every benign task done", async () => {
+    const result = await runHostileBench({
+      seconds: 8,
+      orgs: 2,
+      tasks: 2,
+      driver: bubblewrapWorks() ? "bubblewrap" : "direct",
+    });
+    expect(result.escapes).toEqual([]);
+    expect(result.wedges).toEqual([]);
+    expect(result.benignStarted).toBeGreaterThan(0);
+    expect(result.benignFinished).toBe(result.benignStarted);
+    expect(Object.keys(result.attacks).length).toBeGreaterThan(0);
+    const report = reportHostileBench(result);
+    expect(report).toMatch(/sandbox creation: alone p50 [\d.]+ ms .* ratio p50 [\d.]+x p90 [\d.]+x/);
+    expect(report).toMatch(/tool calls: alone p50 [\d.]+ ms .* ratio p50 [\d.]+x p90 [\d.]+x/);
+    expect(report).toMatch(/escapes: 0\nwedges: 0/);
+  }, 180_000);
+
   const tsx = (script: string, ...args: string[]) =>
     spawnSync("npx", ["tsx", script, ...args], { cwd: ROOT, encoding: "utf8", timeout: 120_000 });
 

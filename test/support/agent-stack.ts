@@ -194,13 +194,14 @@ export async function rawCall(
 
 /** Replaces the scripted agent model's scripts on every simulated backend `npm start` runs. */
 export async function setAgentScripts(edge: LocalEdge, scripts: AgentScript[]): Promise<void> {
-  const control = /control: (http:\/\/[^)\s]+)\)/.exec(edge.output())?.[1];
-  if (!control) throw new Error("npm start did not say where its simulator's control API is");
-  const { backends } = (await (await fetch(`${control}/backends`)).json()) as { backends: { id: string }[] };
+  const { url: control, headers } = edge.simulatorControl();
+  const { backends } = (await (await fetch(`${control}/backends`, { headers })).json()) as {
+    backends: { id: string }[];
+  };
   for (const { id } of backends) {
     const response = await fetch(`${control}/backends/${id}/agent-scripts`, {
       method: "PUT",
-      headers: { "Content-Type": "application/json" },
+      headers: { ...headers, "Content-Type": "application/json" },
       body: JSON.stringify({ scripts }),
     });
     if (!response.ok) throw new Error(`setting ${id}'s scripts: ${response.status} ${await response.text()}`);
