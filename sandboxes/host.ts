@@ -14,7 +14,8 @@
  */
 import { spawn } from "node:child_process";
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
-import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, readFile, rename, rm, stat, statfs, writeFile } from "node:fs/promises";
+import { totalmem } from "node:os";
 import { createServer, type IncomingMessage } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
@@ -51,6 +52,12 @@ export interface SandboxHostOptions {
   maxBodyBytes?: number;
   /** How long one second of a sandbox's idle time to live lasts, in ms (default 1000; tests shorten it). */
   idleTtlScaleMs?: number;
+  /**
+   * What the host holds at once, shared between tenants: sandboxes (default 256) and the disk their
+   * limits reserve (default: the machine's memory where disks are tmpfs, else the root's free space).
+   * One tenant holds at most `tenantShare` of each (default 1/2), so no org can take the host.
+   */
+  capacity?: { sandboxes?: number; diskBytes?: number; tenantShare?: number };
 }
 
 export interface SandboxHost {
@@ -123,6 +130,35 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     disk: tmpfs ? "tmpfs" : "file-size",
   };
   const pool = new TreePool();
+  const capacity = {
+    sandboxes: options.capacity?.sandboxes ?? 256,
+    diskBytes: options.capacity?.diskBytes ?? (tmpfs ? totalmem() : await freeBytes(options.root)),
+    tenantShare: options.capacity?.tenantShare ?? 0.5,
+  };
+
+  /** Refuses a sandbox that would take its tenant, or the host, past its share (429: wait for one to end). */
+  function admit(tenant: string, diskBytes: number): void {
+    const held = [...sandboxes.values()];
+    const own = held.filter((s) => s.tenant === tenant);
+    const reserved = (list: Sandbox[]) => list.reduce((n, s) => n + s.limits.diskBytes, 0);
+    const share = (n: number) => Math.max(1, Math.floor(n * capacity.tenantShare));
+    if (held.length + creating.size >= capacity.sandboxes)
+      throw new HttpError(429, "busy", `The host holds its ${capacity.sandboxes} sandboxes; retry when one ends.`);
+    if (own.length >= share(capacity.sandboxes))
+      throw new HttpError(
+        429,
+        "busy",
+        `This tenant holds ${own.length} sandboxes, its share of the host; retry when one ends.`,
+      );
+    if (reserved(held) + diskBytes > capacity.diskBytes)
+      throw new HttpError(429, "busy", `The host's disk is reserved by its sandboxes; retry when one ends.`);
+    if (reserved(own) + diskBytes > share(capacity.diskBytes))
+      throw new HttpError(
+        429,
+        "busy",
+        `This tenant's sandboxes reserve its share of the host's disk; retry when one ends.`,
+      );
+  }
 
   async function destroy(s: Sandbox): Promise<void> {
     if (s.destroyed) return;
@@ -168,6 +204,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     const request = parse(CreateSandboxRequest, body);
     if (sandboxes.has(request.id) || creating.has(request.id))
       throw new HttpError(409, "conflict", `Sandbox ${request.id} exists.`);
+    admit(tenantOf(request), request.limits.diskBytes);
     const dir = join(options.root, request.id);
     // Held before the first await: a second create of the same id is refused.
     creating.add(request.id);
@@ -426,6 +463,11 @@ async function usage(fs: TreeFs): Promise<{ files: number; bytes: number }> {
     bytes += info.size;
   }
   return { files, bytes };
+}
+
+async function freeBytes(path: string): Promise<number> {
+  const s = await statfs(path);
+  return s.bavail * s.bsize;
 }
 
 const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;

@@ -141,5 +141,7 @@ export const SANDBOX_ERRORS = [
   "conflict",
   "payload_too_large",
   "disk_full",
+  /** 429: the tenant (or the host) holds its share of sandboxes or disk. */
+  "busy",
 ] as const;
 export const SandboxError = z.object({ code: z.enum(SANDBOX_ERRORS), message: z.string() });

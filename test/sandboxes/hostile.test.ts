@@ -130,3 +130,33 @@ describe("a hostile task beside another org's", () => {
     expect(readdirSync(outside)).toEqual(["keep.txt"]);
   });
 });
+
+describe("the host's fair share", () => {
+  const small = useHost({ driver: "direct", capacity: { sandboxes: 4, diskBytes: 64 * 2 ** 20, tenantShare: 0.5 } });
+  const make = (id: string, tenant: string, diskBytes = 2 ** 20) =>
+    small.request("POST", "/v1/sandboxes", { id, tenant, limits: { diskBytes } });
+
+  it("holds one tenant to its share of the host's sandboxes, and leaves the rest to others", async () => {
+    expect((await make("share-a-0001", "tenant-aaaa")).status).toBe(201);
+    expect((await make("share-a-0002", "tenant-aaaa")).status).toBe(201);
+    const third = await make("share-a-0003", "tenant-aaaa");
+    expect(third).toMatchObject({ status: 429, body: { code: "busy" } });
+    expect((await make("share-b-0001", "tenant-bbbb")).status).toBe(201);
+    expect((await make("share-b-0002", "tenant-bbbb")).status).toBe(201);
+    // The host is full: a third tenant waits too, until a sandbox ends.
+    expect(await make("share-c-0001", "tenant-cccc")).toMatchObject({ status: 429, body: { code: "busy" } });
+    expect((await small.request("DELETE", "/v1/sandboxes/share-a-0001")).status).toBe(204);
+    expect((await make("share-c-0001", "tenant-cccc")).status).toBe(201);
+    for (const id of ["share-a-0002", "share-b-0001", "share-b-0002", "share-c-0001"])
+      await small.request("DELETE", `/v1/sandboxes/${id}`);
+  });
+
+  it("holds one tenant to its share of the disk its sandboxes reserve", async () => {
+    expect((await make("disk-a-0001", "tenant-dddd", 30 * 2 ** 20)).status).toBe(201);
+    expect(await make("disk-a-0002", "tenant-dddd", 4 * 2 ** 20)).toMatchObject({
+      status: 429,
+      body: { code: "busy" },
+    });
+    expect((await make("disk-e-0001", "tenant-eeee", 30 * 2 ** 20)).status).toBe(201);
+  });
+});
