@@ -54,6 +54,8 @@ export async function treeDiff(
     if (err instanceof JobTimeout)
       throw new HttpError(413, "payload_too_large", `The tree's changes took over ${DIFF_DEADLINE_MS} ms to diff.`);
     if (err instanceof JobAborted) throw new HttpError(409, "conflict", "The sandbox was stopped while its diff ran.");
+    if ((err as NodeJS.ErrnoException).code === "ERR_WORKER_OUT_OF_MEMORY")
+      throw new HttpError(413, "payload_too_large", "The tree's changes took more memory to diff than a diff may.");
     throw err;
   }
 }

@@ -12,30 +12,28 @@
  * run in the worker pool under deadlines, shared fairly between tenants (`tree-pool.ts`), and each
  * sandbox's commands are capped as a whole by its control groups and its disk (`cgroups.ts`).
  */
-import { spawn } from "node:child_process";
-import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
-import { chmod, chown, mkdir, readFile, rename, rm, stat, statfs, writeFile } from "node:fs/promises";
-import { totalmem } from "node:os";
-import { createServer, type IncomingMessage } from "node:http";
+import { randomBytes } from "node:crypto";
+import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createServer } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { z } from "zod";
 import {
-  CallId,
   CallRequest,
   CreateSandboxRequest,
-  SandboxId,
-  SearchPrepareRequest,
   UploadFilesRequest,
   type CallResponse,
   type SandboxInfo,
   type SandboxLimits,
 } from "../protocol/agents/sandbox.js";
 import { ToolOutcome } from "../protocol/agents/tools.js";
+import { HostCapacity, type CapacityOptions } from "./capacity.js";
 import { openCgroups, type SandboxCgroup } from "./cgroups.js";
 import { treeDiff } from "./diff.js";
 import { makeDisk, tmpfsWorks, type SandboxDisk } from "./disk.js";
+import { killUid, sweepShared } from "./leftovers.js";
 import { DRIVERS, type SandboxDriver } from "./drivers.js";
-import { body, HttpError, parse, send } from "./http.js";
+import { HttpError, parse, send } from "./http.js";
+import { router } from "./routes.js";
 import { OutsideTree, TaskIndex } from "./search.js";
 import { runTool } from "./tools.js";
 import { TreeError, TreeFs } from "./tree-fs.js";
@@ -57,7 +55,7 @@ export interface SandboxHostOptions {
    * limits reserve (default: the machine's memory where disks are tmpfs, else the root's free space).
    * One tenant holds at most `tenantShare` of each (default 1/2), so no org can take the host.
    */
-  capacity?: { sandboxes?: number; diskBytes?: number; tenantShare?: number };
+  capacity?: CapacityOptions;
 }
 
 export interface SandboxHost {
@@ -107,15 +105,12 @@ const RecordedCall = ToolOutcome.and(z.object({ durationMs: z.number() }));
 const FIRST_UID = 200_000;
 let nextUid = FIRST_UID + (process.pid % 10_000) * 100;
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
-
 export async function startSandboxHost(options: SandboxHostOptions): Promise<SandboxHost> {
   const driver: SandboxDriver = DRIVERS[options.driver];
   const maxBody = options.maxBodyBytes ?? 64 * 2 ** 20;
   const ttlScale = options.idleTtlScaleMs ?? 1000;
   const sandboxes = new Map<string, Sandbox>();
   const creating = new Set<string>();
-  const expected = digest(options.token);
   const root = process.getuid?.() === 0;
   // Traversable, not listable: a sandbox's user reaches its own tree and cannot list the others.
   await mkdir(options.root, { recursive: true, mode: 0o711 });
@@ -130,35 +125,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     disk: tmpfs ? "tmpfs" : "file-size",
   };
   const pool = new TreePool();
-  const capacity = {
-    sandboxes: options.capacity?.sandboxes ?? 256,
-    diskBytes: options.capacity?.diskBytes ?? (tmpfs ? totalmem() : await freeBytes(options.root)),
-    tenantShare: options.capacity?.tenantShare ?? 0.5,
-  };
-
-  /** Refuses a sandbox that would take its tenant, or the host, past its share (429: wait for one to end). */
-  function admit(tenant: string, diskBytes: number): void {
-    const held = [...sandboxes.values()];
-    const own = held.filter((s) => s.tenant === tenant);
-    const reserved = (list: Sandbox[]) => list.reduce((n, s) => n + s.limits.diskBytes, 0);
-    const share = (n: number) => Math.max(1, Math.floor(n * capacity.tenantShare));
-    if (held.length + creating.size >= capacity.sandboxes)
-      throw new HttpError(429, "busy", `The host holds its ${capacity.sandboxes} sandboxes; retry when one ends.`);
-    if (own.length >= share(capacity.sandboxes))
-      throw new HttpError(
-        429,
-        "busy",
-        `This tenant holds ${own.length} sandboxes, its share of the host; retry when one ends.`,
-      );
-    if (reserved(held) + diskBytes > capacity.diskBytes)
-      throw new HttpError(429, "busy", `The host's disk is reserved by its sandboxes; retry when one ends.`);
-    if (reserved(own) + diskBytes > share(capacity.diskBytes))
-      throw new HttpError(
-        429,
-        "busy",
-        `This tenant's sandboxes reserve its share of the host's disk; retry when one ends.`,
-      );
-  }
+  const capacity = await HostCapacity.open(options.capacity ?? {}, options.root, tmpfs);
 
   async function destroy(s: Sandbox): Promise<void> {
     if (s.destroyed) return;
@@ -188,7 +155,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     id: s.id,
     driver: driver.name,
     dataKey: s.dataKey,
-    ...(await usage(s.fs)),
+    ...(await s.fs.usage()),
     commandSeconds: Math.round(s.commandSeconds * 1000) / 1000,
     createdAt: s.createdAt,
   });
@@ -204,7 +171,12 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     const request = parse(CreateSandboxRequest, body);
     if (sandboxes.has(request.id) || creating.has(request.id))
       throw new HttpError(409, "conflict", `Sandbox ${request.id} exists.`);
-    admit(tenantOf(request), request.limits.diskBytes);
+    capacity.admit(
+      [...sandboxes.values()].map((s) => ({ tenant: s.tenant, diskBytes: s.limits.diskBytes })),
+      creating.size,
+      tenantOf(request),
+      request.limits.diskBytes,
+    );
     const dir = join(options.root, request.id);
     // Held before the first await: a second create of the same id is refused.
     creating.add(request.id);
@@ -266,7 +238,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       growth += roundUp(content.length) - (replaced?.isFile() ? roundUp(replaced.size) : 0);
       decoded.push({ path: f.path, content, executable: f.executable });
     }
-    const used = (await s.disk.usage())?.bytes ?? (await usage(s.fs)).bytes;
+    const used = (await s.disk.usage())?.bytes ?? (await s.fs.usage()).bytes;
     if (used + growth > s.limits.diskBytes)
       throw new HttpError(507, "disk_full", `The files would take the tree past ${s.limits.diskBytes} bytes.`);
     let written = 0;
@@ -344,58 +316,41 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     }
   }
 
-  async function route(req: IncomingMessage): Promise<[number, unknown]> {
-    const auth = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
-    if (!auth || !timingSafeEqual(digest(auth), expected))
-      throw new HttpError(401, "unauthenticated", "Send the host's token as `Authorization: Bearer …`.");
-    const url = new URL(req.url ?? "/", "http://host");
-    const parts = url.pathname.split("/").filter(Boolean);
-    if (parts[0] !== "v1" || parts[1] !== "sandboxes") throw new HttpError(404, "not_found", "No such route.");
-    const [, , id, what, callId] = parts;
-    const method = req.method ?? "GET";
-    if (!id && method === "POST") return create(await body(req, maxBody));
-    if (!id || !SandboxId.safeParse(id).success) throw new HttpError(404, "not_found", "No such sandbox.");
-    if (!what && method === "GET") return [200, await info(sandbox(id))];
-    if (!what && method === "DELETE") {
-      await destroy(sandbox(id));
-      return [204, undefined];
-    }
-    if (what === "stop" && method === "POST") {
-      // The task was cancelled: its running commands are killed, its tree and records stay.
-      const s = sandbox(id);
-      const abort = s.abort;
-      s.abort = new AbortController();
-      abort.abort();
-      await Promise.allSettled(s.running.values());
-      // And what they left running on their own (a process that made itself a session).
-      await s.cgroup?.kill();
-      if (root) await killUid(s.uid);
-      return [204, undefined];
-    }
-    if (what === "files" && method === "POST") return upload(sandbox(id), await body(req, maxBody));
-    if (what === "diff" && method === "GET") {
-      const s = sandbox(id);
+  async function stop(s: Sandbox): Promise<void> {
+    // The task was cancelled: its running commands are killed, its tree and records stay.
+    const abort = s.abort;
+    s.abort = new AbortController();
+    abort.abort();
+    await Promise.allSettled(s.running.values());
+    // And what they left running on their own (a process that made itself a session).
+    await s.cgroup?.kill();
+    if (root) await killUid(s.uid);
+  }
+
+  const route = router({
+    token: options.token,
+    maxBody,
+    create,
+    sandbox,
+    info,
+    destroy,
+    stop,
+    upload,
+    call,
+    diff: async (s) => {
       const { binary: _, skipped: __, ...diff } = await treeDiff(pool, s, s.abort.signal);
-      return [200, diff];
-    }
-    if (what === "search" && method === "POST") {
-      const s = sandbox(id);
-      const args = parse(SearchPrepareRequest, await body(req, maxBody));
+      return diff;
+    },
+    search: (s, args) => {
       if (!s.index) throw new HttpError(409, "conflict", "This sandbox's task came without an index.");
       try {
-        return [200, s.index.prepare(args)];
+        return s.index.prepare(args);
       } catch (err) {
         if (err instanceof OutsideTree) throw new HttpError(400, "invalid_request", err.message);
         throw err;
       }
-    }
-    if (what === "calls" && callId && method === "POST") {
-      if (!CallId.safeParse(callId).success)
-        throw new HttpError(400, "invalid_request", "A call id is 1 to 128 of A-Z a-z 0-9 _ . : -");
-      return call(sandbox(id), callId, await body(req, maxBody));
-    }
-    throw new HttpError(404, "not_found", `No route for ${method} ${url.pathname}.`);
-  }
+    },
+  });
 
   const server = createServer((req, res) => {
     route(req).then(
@@ -437,70 +392,9 @@ async function mustBeTraversable(root: string): Promise<void> {
   }
 }
 
-/** SIGKILLs every process of a uid, as that uid (`kill -1` reaches all the processes it may signal). */
-function killUid(uid: number): Promise<void> {
-  return new Promise((resolve) => {
-    const args = [`--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "sh", "-c", "kill -9 -1"];
-    spawn("setpriv", args, { stdio: "ignore" })
-      .on("error", () => resolve())
-      .on("exit", () => resolve());
-  });
-}
-
-/** Files and bytes of a tree (its symlinks not followed), counted to 100,000 entries. */
-async function usage(fs: TreeFs): Promise<{ files: number; bytes: number }> {
-  const paths: string[] = [];
-  await fs.walk(".", 4096, new Set(), (rel, isDir) => {
-    if (!isDir) paths.push(rel);
-    return paths.length < 100_000;
-  });
-  let files = 0;
-  let bytes = 0;
-  for (const path of paths) {
-    const info = await fs.lstat(path).catch(() => undefined);
-    if (!info?.isFile()) continue;
-    files++;
-    bytes += info.size;
-  }
-  return { files, bytes };
-}
-
-async function freeBytes(path: string): Promise<number> {
-  const s = await statfs(path);
-  return s.bavail * s.bsize;
-}
-
 const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;
 
 /** The tag of a sandbox's tenant: its org as the task object sent it, or the sandbox alone. */
 const tenantOf = (request: { id: string; tenant?: string | undefined }) => request.tenant ?? `sandbox:${request.id}`;
 
 const chownPath = (path: string, uid: number) => chown(path, uid, uid);
-
-/** Removes what a uid left in the machine's shared temporary directories, as that uid (`find -delete` never follows links). */
-function sweepShared(uid: number): Promise<void> {
-  return new Promise((resolve) => {
-    const dirs = ["/tmp", "/var/tmp", "/dev/shm"];
-    const args = [
-      `--reuid=${uid}`,
-      `--regid=${uid}`,
-      "--clear-groups",
-      "find",
-      ...dirs,
-      "-xdev",
-      "-mindepth",
-      "1",
-      "-user",
-      String(uid),
-      "-delete",
-    ];
-    const child = spawn("setpriv", args, { stdio: "ignore" });
-    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-    child
-      .on("error", () => resolve())
-      .on("exit", () => {
-        clearTimeout(timer);
-        resolve();
-      });
-  });
-}

@@ -309,6 +309,24 @@ export class TreeFs {
     }
   }
 
+  /** Files and bytes of the tree (symlinks not followed), counted to 100,000 files. */
+  async usage(): Promise<{ files: number; bytes: number }> {
+    const paths: string[] = [];
+    await this.walk(".", 4096, new Set(), (rel, isDir) => {
+      if (!isDir) paths.push(rel);
+      return paths.length < 100_000;
+    });
+    let files = 0;
+    let bytes = 0;
+    for (const path of paths) {
+      const info = await this.lstat(path).catch(() => undefined);
+      if (!info?.isFile()) continue;
+      files++;
+      bytes += info.size;
+    }
+    return { files, bytes };
+  }
+
   /**
    * Visits the entries below the directory `path` in name order, depth first, to `depth` levels;
    * symlinks are visited as entries and never followed. `visit` returns false to stop.

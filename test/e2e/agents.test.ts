@@ -12,6 +12,7 @@ import {
   agentFixtures,
   copyOfRepo,
   filesOf,
+  makeOrg,
   rawCall,
   startAgentStack,
   startTask,
@@ -210,16 +211,7 @@ describe("the agent task API's error and security paths", () => {
     const created = await api("POST", "/v1/agents/tasks", { prompt: "List the files (agent task fixture none)." });
     const id = Task.parse(created.json).id;
     // A second org, made with the admin secret, with its own key.
-    const admin = savedLocalEdge(stack.edge).adminSecret!;
-    const adminApi = (path: string, body: unknown) =>
-      fetch(`${stack.edge.baseURL}${path}`, {
-        method: "POST",
-        headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
-        body: JSON.stringify(body),
-      }).then((r) => r.json() as Promise<{ id: string; key: string }>);
-    const org = await adminApi("/admin/orgs", { name: "Other org" });
-    const user = await adminApi(`/admin/orgs/${org.id}/users`, { email: `other-${Date.now()}@example.com` });
-    const other = await adminApi("/admin/keys", { userId: user.id, name: "other" });
+    const other = await makeOrg(stack.edge, "Other org");
     for (const [method, path] of [
       ["GET", ""],
       ["GET", "/events"],

@@ -207,3 +207,18 @@ export async function setAgentScripts(edge: LocalEdge, scripts: AgentScript[]): 
     if (!response.ok) throw new Error(`setting ${id}'s scripts: ${response.status} ${await response.text()}`);
   }
 }
+
+/** An org of its own, made with the edge's admin secret, with a user and an SDK client on that user's key. */
+export async function makeOrg(edge: LocalEdge, name: string): Promise<{ key: string; sdk: Sextant }> {
+  const admin = savedLocalEdge(edge).adminSecret!;
+  const adminApi = (path: string, body: unknown) =>
+    fetch(`${edge.baseURL}${path}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    }).then((r) => r.json() as Promise<{ id: string; key: string }>);
+  const org = await adminApi("/admin/orgs", { name });
+  const user = await adminApi(`/admin/orgs/${org.id}/users`, { email: `${crypto.randomUUID()}@example.com` });
+  const { key } = await adminApi("/admin/keys", { userId: user.id, name });
+  return { key, sdk: new Sextant({ apiKey: key, baseURL: edge.baseURL }) };
+}

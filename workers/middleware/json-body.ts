@@ -20,14 +20,7 @@ export async function jsonBody<S extends z.ZodType>(c: Context, schema: S): Prom
   if (!JSON_TYPE.test(type)) {
     throw new ApiError("unsupported_media_type", "Send the request body as `Content-Type: application/json`.");
   }
-  // Read outside the try: the body guard fails the read itself (413, 408), and that answer stands.
-  const bytes = await c.req.arrayBuffer();
-  let text: string;
-  try {
-    text = utf8.decode(bytes);
-  } catch {
-    throw new ApiError("invalid_request", "The request body is not valid UTF-8.");
-  }
+  const text = await bodyText(c);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -50,4 +43,15 @@ export function validated<S extends z.ZodType>(schema: S, value: unknown, what: 
     throw new ApiError("invalid_request", `${subject} is invalid: ${summary}`, { errors });
   }
   return result.data;
+}
+
+/** The request body as text: 400 when it is not UTF-8 (the body guard's own 413 and 408 stand). */
+export async function bodyText(c: Context): Promise<string> {
+  // Read outside the try: the body guard fails the read itself (413, 408), and that answer stands.
+  const bytes = await c.req.arrayBuffer();
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new ApiError("invalid_request", "The request body is not valid UTF-8.");
+  }
 }

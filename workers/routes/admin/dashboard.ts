@@ -19,7 +19,7 @@ import { dashboardData } from "../../dashboard/data.js";
 import { beginLogin } from "../../dashboard/login-throttle.js";
 import { SESSION_COOKIE, SESSION_PATH, SESSION_TTL_MS, sessionToken, validSession } from "../../dashboard/session.js";
 import { isAdminSecret } from "../../middleware/auth.js";
-import { jsonBody, validated } from "../../middleware/json-body.js";
+import { bodyText, jsonBody, validated } from "../../middleware/json-body.js";
 import { sameOriginOnly } from "../../middleware/same-origin.js";
 import { ApiError } from "../../problem.js";
 
@@ -30,7 +30,6 @@ const SignIn = z.strictObject({ secret: z.string().min(1, "the admin secret is r
 
 const FORM_TYPE = /^application\/x-www-form-urlencoded\s*(?:;|$)/i;
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
 /**
  * The sign-in's body: the page's form (urlencoded), or JSON from a script. Anything malformed is a
@@ -45,14 +44,7 @@ async function signInBody(c: Context<AppEnv>): Promise<{ secret: string; form: b
       "unsupported_media_type",
       "Sign in with the dashboard's form (`application/x-www-form-urlencoded`) or with `application/json`.",
     );
-  // Read outside the try: the body guard fails the read itself (413, 408), and that answer stands.
-  const bytes = await c.req.arrayBuffer();
-  let text: string;
-  try {
-    text = utf8.decode(bytes);
-  } catch {
-    throw new ApiError("invalid_request", "The request body is not valid UTF-8.");
-  }
+  const text = await bodyText(c);
   const fields = new URLSearchParams(text);
   const names = [...fields.keys()];
   if (new Set(names).size !== names.length)
