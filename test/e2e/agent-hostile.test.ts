@@ -46,7 +46,7 @@ const HOSTILE: AgentScript = {
     {
       toolCalls: [
         call("run_terminal", {
-          command: `node -e "fetch('http://127.0.0.1:9/').then(() => console.log('fetched'), e => console.log('fetch failed', e.cause?.code ?? e.message))"`,
+          command: `node -e "fetch('http://127.0.0.1:8/').then(() => console.log('fetched'), e => console.log('fetch failed', e.cause?.code ?? e.message))"`,
         }),
       ],
     },
