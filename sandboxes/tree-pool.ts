@@ -73,7 +73,12 @@ interface Waiting {
   cancel?: () => void;
 }
 
-const diffModule = createRequire(import.meta.url).resolve("diff");
+/**
+ * Where jsdiff is, for the workers to require: resolved when a diff is first asked for, so a host
+ * bundled without it still starts (the container image copies it beside the bundle).
+ */
+let diffModule: string | undefined;
+const jsdiff = () => (diffModule ??= createRequire(import.meta.url).resolve("diff"));
 
 export class TreePool {
   private readonly idle: Worker[] = [];
@@ -93,7 +98,12 @@ export class TreePool {
   }
 
   diff(tenant: string, job: DiffJob, timeoutMs: number, signal?: AbortSignal): Promise<DiffResult> {
-    return this.submit(tenant, { kind: "diff", diffModule, ...job }, timeoutMs, signal) as Promise<DiffResult>;
+    return this.submit(
+      tenant,
+      { kind: "diff", diffModule: jsdiff(), ...job },
+      timeoutMs,
+      signal,
+    ) as Promise<DiffResult>;
   }
 
   private submit(tenant: string, job: Record<string, unknown>, timeoutMs: number, signal?: AbortSignal) {
