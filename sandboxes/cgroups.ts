@@ -1,8 +1,8 @@
 /**
  * Limits per sandbox rather than per process: a control group per sandbox caps the memory (its
- * processes' and the tmpfs pages they write) and the processes of all its commands together, and a
- * group per tenant under the host's shares the CPU equally between the orgs with work, however many
- * processes each runs. cgroup v2 is used where the host mounts it with the `memory`, `pids` and `cpu`
+ * processes' and the tmpfs pages they write) and the processes of all its commands together; a group
+ * per tenant caps its sandboxes' memory together and shares the CPU equally between the orgs with
+ * work, however many processes each runs; and the host's group caps all sandboxes' memory together. cgroup v2 is used where the host mounts it with the `memory`, `pids` and `cpu`
  * controllers; otherwise v1's `memory`, `pids` and `cpu` hierarchies (as on these machines). Groups
  * are made under the host's own, so the sandboxes stay inside whatever limits the host itself has.
  *
@@ -23,6 +23,12 @@ export interface SandboxCgroup {
   remove(): Promise<void>;
   /** Bytes of memory the sandbox holds now (its processes and the pages they wrote to its tmpfs). */
   memoryBytes(): Promise<number>;
+}
+
+/** Memory of all sandboxes together, and of one tenant's (the rest stays the host's own). */
+export interface SharedMemory {
+  totalBytes: number;
+  tenantBytes: number;
 }
 
 export interface Cgroups {
@@ -105,7 +111,7 @@ async function removeDirs(dirs: string[]): Promise<void> {
   }
 }
 
-async function v1(): Promise<Cgroups | undefined> {
+async function v1(shared: SharedMemory): Promise<Cgroups | undefined> {
   const own = ownGroups();
   const base = (controller: string) =>
     join(ROOT, controller, own.get(controller) ?? "/", `sextant-host-${process.pid}`);
@@ -123,15 +129,22 @@ async function v1(): Promise<Cgroups | undefined> {
   // A probe: the limit files must take a value (a read-only or delegated-away hierarchy will not).
   if (!(await tryWrite(join(bases.pids, "pids.max"), "max"))) return undefined;
   await tryWrite(join(bases.cpu, "cpu.shares"), String(SANDBOXES_CPU_SHARES));
+  await writeFile(join(bases.memory, "memory.limit_in_bytes"), String(shared.totalBytes));
   const tenants = new Set<string>();
   return {
     version: 1,
     async create(sandboxId, tenant, limits) {
-      const memory = join(bases.memory, `s-${slug(sandboxId)}`);
+      const tenantMemory = join(bases.memory, `t-${slug(tenant)}`);
+      const memory = join(tenantMemory, `s-${slug(sandboxId)}`);
       const pids = join(bases.pids, `s-${slug(sandboxId)}`);
       const cpu = join(bases.cpu, `t-${slug(tenant)}`);
-      await Promise.all([mkdir(memory), mkdir(pids), mkdir(cpu, { recursive: true })]);
-      tenants.add(cpu);
+      if (!tenants.has(cpu)) {
+        await Promise.all([mkdir(cpu, { recursive: true }), mkdir(tenantMemory, { recursive: true })]);
+        await writeFile(join(tenantMemory, "memory.limit_in_bytes"), String(shared.tenantBytes));
+        tenants.add(cpu);
+        tenants.add(tenantMemory);
+      }
+      await Promise.all([mkdir(memory), mkdir(pids)]);
       await writeFile(join(memory, "memory.limit_in_bytes"), String(limits.memoryBytes));
       // Where swap is accounted, it counts against the same limit.
       await tryWrite(join(memory, "memory.memsw.limit_in_bytes"), String(limits.memoryBytes));
@@ -151,7 +164,7 @@ async function v1(): Promise<Cgroups | undefined> {
   };
 }
 
-async function v2(): Promise<Cgroups | undefined> {
+async function v2(shared: SharedMemory): Promise<Cgroups | undefined> {
   if (!existsSync(join(ROOT, "cgroup.controllers"))) return undefined;
   const own = join(ROOT, ownGroups().get("") ?? "/");
   // No process may sit in a group that hands controllers down: the host's groups go beside its own
@@ -175,6 +188,7 @@ async function v2(): Promise<Cgroups | undefined> {
       continue;
     }
     await tryWrite(join(base, "cpu.weight"), String(SANDBOXES_CPU_SHARES / 10.24));
+    await writeFile(join(base, "memory.max"), String(shared.totalBytes));
     const tenants = new Set<string>();
     return {
       version: 2,
@@ -183,6 +197,7 @@ async function v2(): Promise<Cgroups | undefined> {
         if (!tenants.has(group)) {
           await mkdir(group, { recursive: true });
           await writeFile(join(group, "cgroup.subtree_control"), "+memory +pids");
+          await writeFile(join(group, "memory.max"), String(shared.tenantBytes));
           tenants.add(group);
         }
         const dir = join(group, `s-${slug(sandboxId)}`);
@@ -209,8 +224,12 @@ async function v2(): Promise<Cgroups | undefined> {
   return undefined;
 }
 
-/** The host's control groups, or undefined where it cannot make them (not root, no controllers). */
-export async function openCgroups(): Promise<Cgroups | undefined> {
+/**
+ * The host's control groups, or undefined where it cannot make them (not root, no controllers). All
+ * sandboxes' memory together is capped at `shared.totalBytes`, so no mix of them can take the host's
+ * own, and one tenant's at `shared.tenantBytes`, so one org's cannot take the others'.
+ */
+export async function openCgroups(shared: SharedMemory): Promise<Cgroups | undefined> {
   if (process.getuid?.() !== 0 || !existsSync("/proc/self/cgroup")) return undefined;
-  return (await v2()) ?? (await v1());
+  return (await v2(shared)) ?? (await v1(shared));
 }

@@ -117,7 +117,8 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   await chmod(options.root, 0o711);
   // Under bubblewrap a command drops to its uid after its tree is mounted; without it, it runs in place.
   if (root && options.driver === "direct") await mustBeTraversable(options.root);
-  const cgroups = await openCgroups();
+  const capacity = HostCapacity.open(options.capacity ?? {});
+  const cgroups = await openCgroups(capacity.memory);
   const tmpfs = await tmpfsWorks(options.root);
   const isolation: HostIsolation = {
     driver: options.driver,
@@ -125,8 +126,6 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     disk: tmpfs ? "tmpfs" : "file-size",
   };
   const pool = new TreePool();
-  const capacity = await HostCapacity.open(options.capacity ?? {}, options.root, tmpfs);
-
   async function destroy(s: Sandbox): Promise<void> {
     if (s.destroyed) return;
     s.destroyed = true;
@@ -169,14 +168,13 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
 
   async function create(body: unknown): Promise<[number, unknown]> {
     const request = parse(CreateSandboxRequest, body);
+    const held = await Promise.all(
+      [...sandboxes.values()].map(async (s) => ({ tenant: s.tenant, usedBytes: (await s.disk.usage())?.bytes ?? 0 })),
+    );
+    // From here to `creating.add` nothing awaits: a second create of the same id meets one or the other.
     if (sandboxes.has(request.id) || creating.has(request.id))
       throw new HttpError(409, "conflict", `Sandbox ${request.id} exists.`);
-    capacity.admit(
-      [...sandboxes.values()].map((s) => ({ tenant: s.tenant, diskBytes: s.limits.diskBytes })),
-      creating.size,
-      tenantOf(request),
-      request.limits.diskBytes,
-    );
+    capacity.admit(held, creating.size, tenantOf(request));
     const dir = join(options.root, request.id);
     // Held before the first await: a second create of the same id is refused.
     creating.add(request.id);

@@ -150,13 +150,52 @@ describe("the host's fair share", () => {
     for (const id of ["share-a-0002", "share-b-0001", "share-b-0002", "share-c-0001"])
       await small.request("DELETE", `/v1/sandboxes/${id}`);
   });
+});
 
-  it("holds one tenant to its share of the disk its sandboxes reserve", async () => {
-    expect((await make("disk-a-0001", "tenant-dddd", 30 * 2 ** 20)).status).toBe(201);
-    expect(await make("disk-a-0002", "tenant-dddd", 4 * 2 ** 20)).toMatchObject({
-      status: 429,
-      body: { code: "busy" },
+describe("the host's fair share of disk", () => {
+  const small = useHost({ driver: "direct", capacity: { sandboxes: 16, diskBytes: 64 * 2 ** 20, tenantShare: 0.5 } });
+  const make = (id: string, tenant: string, diskBytes = 2 ** 20) =>
+    small.request("POST", "/v1/sandboxes", { id, tenant, limits: { diskBytes } });
+
+  it.runIf(process.getuid?.() === 0 || process.env.CI)(
+    "holds one tenant to its share of the disk its sandboxes hold",
+    async () => {
+      expect((await make("disk-a-0001", "tenant-dddd", 40 * 2 ** 20)).status).toBe(201);
+      // An empty sandbox takes nothing: a second is let in.
+      expect((await make("disk-a-0002", "tenant-dddd")).status).toBe(201);
+      const filled = await small.call("disk-a-0001", callId(), "run_terminal", {
+        command: "head -c 34000000 /dev/zero > fill && echo filled",
+      });
+      expect(filled).toMatchObject({ ok: true, result: { stdout: "filled\n" } });
+      // 34 MB held, past its share of 32 MiB: no more for it, while another tenant is let in.
+      expect(await make("disk-a-0003", "tenant-dddd")).toMatchObject({ status: 429, body: { code: "busy" } });
+      expect((await make("disk-e-0001", "tenant-eeee")).status).toBe(201);
+      expect((await small.request("DELETE", "/v1/sandboxes/disk-a-0001")).status).toBe(204);
+      expect((await make("disk-a-0003", "tenant-dddd")).status).toBe(201);
+    },
+  );
+});
+
+describe.runIf(process.getuid?.() === 0 || process.env.CI)("the host's fair share of memory", () => {
+  const small = useHost({ driver: "direct", capacity: { memoryBytes: 320 * 2 ** 20, tenantShare: 0.5 } });
+  // Fills 100 MiB and holds it for 3 s: two at once overlap whatever the machine's pace.
+  const hold = (id: string) =>
+    small.call(id, callId(), "run_terminal", {
+      command: `node -e "const b = Buffer.allocUnsafe(100 << 20).fill(1); setTimeout(() => console.log('held', b.length), 3000)"`,
+      timeoutMs: 60_000,
     });
-    expect((await make("disk-e-0001", "tenant-eeee", 30 * 2 ** 20)).status).toBe(201);
+
+  it("holds one tenant's sandboxes together to its share of the memory, and leaves the rest to others", async () => {
+    for (const [id, tenant] of [
+      ["memory-a-0001", "tenant-mmmm"],
+      ["memory-a-0002", "tenant-mmmm"],
+      ["memory-b-0001", "tenant-nnnn"],
+    ] as const)
+      await small.create(id, { tenant, limits: { memoryBytes: 150 * 2 ** 20 } });
+    // Each sandbox's 100 MiB is under its own cap of 150; tenant mmmm's two make 200, past its 160.
+    const [a1, a2, b1] = await Promise.all([hold("memory-a-0001"), hold("memory-a-0002"), hold("memory-b-0001")]);
+    const held = (r: { result: { stdout: string } }) => r.result.stdout.startsWith("held");
+    expect([held(a1), held(a2)]).not.toEqual([true, true]);
+    expect(held(b1)).toBe(true);
   });
 });
