@@ -3,11 +3,12 @@
  * megabyte files, flood their disk and memory, fork without end, burn CPU and swap symlinks under the
  * file tools, in turn, for the whole run. The others run a benign task over and over (a fixture
  * uploaded, read, edited, grepped, its `npm test` run, its diff taken). The host runs in a process of
- * its own, as deployed. First the benign tasks run alone, for a baseline in the same run.
+ * its own, as deployed. First the benign tasks run without the attacker, for baselines in the same run:
+ * one task per org ("alone"), then as many as under attack ("loaded").
  *
  *   npx tsx sandboxes/bench-hostile.ts [--seconds 600] [--orgs 4] [--tasks 16] [--driver bubblewrap|direct]
  *
- * It prints the benign calls' latency under attack against alone (medians, p90s and their ratio),
+ * It prints the benign calls' latency under attack against both baselines (medians, p90s, ratios),
  * how many benign tasks finished of those started, the escapes (anything written in a directory the
  * attacker aims its links at), the wedges (a benign request unanswered for 60 s, or failed), and the
  * host's peak memory. `runHostileBench` is the same for a test's smoke run.
@@ -31,6 +32,8 @@ export interface HostileBenchResult {
   options: HostileBenchOptions;
   isolation: unknown;
   alone: { create: number[]; call: number[] };
+  /** The benign tasks as many as under attack, with no attacker. */
+  loaded: { create: number[]; call: number[] };
   attacked: { create: number[]; call: number[] };
   benignStarted: number;
   benignFinished: number;
@@ -232,15 +235,23 @@ export async function runHostileBench(options: HostileBenchOptions): Promise<Hos
   let peak = 0;
   const sampler = setInterval(() => (peak = Math.max(peak, hostRss(host.child.pid!))), 500);
   try {
-    // Alone: the benign orgs' tasks, one at a time per org, for a quarter of the run (at most 30 s).
-    const alone = { create: [] as number[], call: [] as number[] };
-    const aloneUntil = performance.now() + Math.min(30, options.seconds / 4) * 1000;
-    await Promise.all(
-      benignOrgs.map(async (tenant) => {
-        while (performance.now() < aloneUntil)
-          await benignTask(client, `benign-alone-${String(++serial).padStart(6, "0")}`, tenant, alone, wedges);
-      }),
-    );
+    // Without the attacker: the benign orgs' tasks one at a time per org ("alone"), then as many as
+    // under attack ("loaded"), each for a quarter of the run (at most 30 s).
+    const baseline = async (tasksPerOrg: number, prefix: string) => {
+      const record = { create: [] as number[], call: [] as number[] };
+      const until = performance.now() + Math.min(30, options.seconds / 4) * 1000;
+      await Promise.all(
+        benignOrgs.flatMap((tenant) =>
+          Array.from({ length: tasksPerOrg }, async () => {
+            while (performance.now() < until)
+              await benignTask(client, `${prefix}-${String(++serial).padStart(6, "0")}`, tenant, record, wedges);
+          }),
+        ),
+      );
+      return record;
+    };
+    const alone = await baseline(1, "benign-alone");
+    const loaded = await baseline(perOrg, "benign-loaded");
 
     const attacked = { create: [] as number[], call: [] as number[] };
     const until = performance.now() + options.seconds * 1000;
@@ -281,6 +292,7 @@ export async function runHostileBench(options: HostileBenchOptions): Promise<Hos
       options,
       isolation: host.isolation,
       alone,
+      loaded,
       attacked,
       benignStarted: started,
       benignFinished: finished,
@@ -304,20 +316,22 @@ const quantile = (values: number[], q: number) => {
 };
 
 export function reportHostileBench(r: HostileBenchResult): string {
-  const row = (name: string, alone: number[], attacked: number[]) => {
+  const row = (name: string, base: string, alone: number[], attacked: number[]) => {
     const [a50, a90, b50, b90] = [
       quantile(alone, 0.5),
       quantile(alone, 0.9),
       quantile(attacked, 0.5),
       quantile(attacked, 0.9),
     ];
-    return `${name}: alone p50 ${a50.toFixed(1)} ms p90 ${a90.toFixed(1)} ms (n=${alone.length}); under attack p50 ${b50.toFixed(1)} ms p90 ${b90.toFixed(1)} ms (n=${attacked.length}); ratio p50 ${(b50 / a50).toFixed(2)}x p90 ${(b90 / a90).toFixed(2)}x`;
+    return `${name}: ${base} p50 ${a50.toFixed(1)} ms p90 ${a90.toFixed(1)} ms (n=${alone.length}); under attack p50 ${b50.toFixed(1)} ms p90 ${b90.toFixed(1)} ms (n=${attacked.length}); ratio p50 ${(b50 / a50).toFixed(2)}x p90 ${(b90 / a90).toFixed(2)}x`;
   };
   return [
     `machine: ${availableParallelism()} cores (${cpus()[0]?.model.trim()}), driver ${r.options.driver}, isolation ${JSON.stringify(r.isolation)}`,
     `${r.options.tasks} tasks from ${r.options.orgs} orgs for ${r.options.seconds} s, one org hostile`,
-    row("sandbox creation", r.alone.create, r.attacked.create),
-    row("tool calls", r.alone.call, r.attacked.call),
+    row("sandbox creation", "alone", r.alone.create, r.attacked.create),
+    row("tool calls", "alone", r.alone.call, r.attacked.call),
+    row("sandbox creation", "as loaded without the attacker", r.loaded.create, r.attacked.create),
+    row("tool calls", "as loaded without the attacker", r.loaded.call, r.attacked.call),
     `benign tasks finished: ${r.benignFinished} of ${r.benignStarted}`,
     `attacks: ${Object.entries(r.attacks)
       .map(([k, v]) => `${k} ${v}`)

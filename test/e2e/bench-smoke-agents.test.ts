@@ -72,6 +72,7 @@ describe("sandbox host benchmarks (smoke)", () => {
     const report = reportHostileBench(result);
     expect(report).toMatch(/sandbox creation: alone p50 [\d.]+ ms .* ratio p50 [\d.]+x p90 [\d.]+x/);
     expect(report).toMatch(/tool calls: alone p50 [\d.]+ ms .* ratio p50 [\d.]+x p90 [\d.]+x/);
+    expect(report).toMatch(/tool calls: as loaded without the attacker p50 [\d.]+ ms .* ratio p50 [\d.]+x/);
     expect(report).toMatch(/escapes: 0\nwedges: 0/);
   }, 180_000);
 
