@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 export interface SandboxCgroup {
@@ -94,6 +94,35 @@ async function killAll(dirs: string[]): Promise<void> {
   }
 }
 
+/**
+ * Removes the groups of hosts that are gone (killed before they could remove theirs), beside this
+ * host's own: their processes killed, their groups removed, children first.
+ */
+async function sweepStale(parent: string): Promise<void> {
+  const names = await readdir(parent).catch(() => [] as string[]);
+  for (const name of names) {
+    const pid = Number(/^sextant-host-(\d+)$/.exec(name)?.[1]);
+    if (!pid || pid === process.pid || alive(pid)) continue;
+    const dirs: string[] = [];
+    const walk = async (dir: string): Promise<void> => {
+      for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => []))
+        if (entry.isDirectory()) await walk(join(dir, entry.name));
+      dirs.push(dir);
+    };
+    await walk(join(parent, name));
+    await removeDirs(dirs);
+  }
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+};
+
 async function removeDirs(dirs: string[]): Promise<void> {
   await killAll(dirs);
   for (const dir of dirs) {
@@ -118,6 +147,7 @@ async function v1(shared: SharedMemory): Promise<Cgroups | undefined> {
   const bases = { memory: base("memory"), pids: base("pids"), cpu: base("cpu") };
   for (const dir of Object.values(bases)) {
     if (!existsSync(join(dir, ".."))) return undefined;
+    await sweepStale(join(dir, ".."));
     if (
       !(await mkdir(dir, { recursive: true }).then(
         () => true,
@@ -171,6 +201,7 @@ async function v2(shared: SharedMemory): Promise<Cgroups | undefined> {
   // when its own has processes (the host's), which needs its parent to delegate them.
   const candidates = [own, join(own, "..")];
   for (const parent of candidates) {
+    await sweepStale(parent);
     const base = join(parent, `sextant-host-${process.pid}`);
     if (
       !(await mkdir(base).then(

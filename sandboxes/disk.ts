@@ -7,7 +7,7 @@
  * file-size rlimit) and is checked on upload only: `enforced` says which.
  */
 import { execFile } from "node:child_process";
-import { mkdir, rm, statfs } from "node:fs/promises";
+import { mkdir, readFile, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
 
 export interface SandboxDisk {
@@ -20,6 +20,12 @@ export interface SandboxDisk {
   usage(): Promise<{ bytes: number; files: number } | undefined>;
   remove(): Promise<void>;
 }
+
+/**
+ * The name each sandbox's tmpfs is mounted under: the host's pid, so a host that starts after one
+ * was killed (its sandboxes never unmounted) can tell that host's mounts from a live one's.
+ */
+const MOUNT_SOURCE = `sextant-${process.pid}`;
 
 /** A tmpfs inode costs the kernel about a kilobyte: one per 8 KiB of the cap, and never fewer than 4,096. */
 const inodes = (bytes: number) => Math.max(4096, Math.floor(bytes / 8192));
@@ -42,7 +48,7 @@ export async function makeDisk(dir: string, bytes: number, tmpfs: boolean): Prom
   await mkdir(dir, { mode: 0o711 });
   if (tmpfs) {
     const options = `size=${bytes},nr_inodes=${inodes(bytes)},mode=0711,nosuid,nodev`;
-    if (!(await run("mount", ["-t", "tmpfs", "-o", options, "tmpfs", dir])))
+    if (!(await run("mount", ["-t", "tmpfs", "-o", options, MOUNT_SOURCE, dir])))
       throw new Error(`Could not mount the sandbox's disk at ${dir}.`);
   }
   const tree = join(dir, "tree");
@@ -66,4 +72,39 @@ export async function makeDisk(dir: string, bytes: number, tmpfs: boolean): Prom
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+};
+
+/**
+ * Unmounts the sandbox disks of hosts that are gone (killed before they could unmount them), so
+ * their pages go back to the machine. Returns how many it unmounted.
+ */
+export async function sweepStaleDisks(): Promise<number> {
+  if (process.getuid?.() !== 0) return 0;
+  const table = await readFile("/proc/self/mountinfo", "utf8").catch(() => "");
+  const stale: string[] = [];
+  for (const line of table.split("\n")) {
+    const [left, right] = line.split(" - ");
+    const [fstype, source] = (right ?? "").split(" ");
+    const pid = /^sextant-(\d+)$/.exec(source ?? "")?.[1];
+    if (fstype !== "tmpfs" || !pid || Number(pid) === process.pid || alive(Number(pid))) continue;
+    // The mount point, with the kernel's octal escapes for spaces and the like undone.
+    const point = (left ?? "")
+      .split(" ")[4]
+      ?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (point) stale.push(point);
+  }
+  // Deepest first, so a mount inside another goes before it.
+  stale.sort((a, b) => b.length - a.length);
+  let swept = 0;
+  for (const point of stale) if (await run("umount", ["-l", point])) swept++;
+  return swept;
 }

@@ -29,7 +29,7 @@ import { ToolOutcome } from "../protocol/agents/tools.js";
 import { HostCapacity, type CapacityOptions } from "./capacity.js";
 import { openCgroups, type SandboxCgroup } from "./cgroups.js";
 import { treeDiff } from "./diff.js";
-import { makeDisk, tmpfsWorks, type SandboxDisk } from "./disk.js";
+import { makeDisk, sweepStaleDisks, tmpfsWorks, type SandboxDisk } from "./disk.js";
 import { killUid, sweepShared } from "./leftovers.js";
 import { DRIVERS, type SandboxDriver } from "./drivers.js";
 import { HttpError, parse, send } from "./http.js";
@@ -120,6 +120,8 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   const capacity = HostCapacity.open(options.capacity ?? {});
   const cgroups = await openCgroups(capacity.memory);
   const tmpfs = await tmpfsWorks(options.root);
+  // What hosts killed before they could clean up left mounted: their pages go back to the machine.
+  if (tmpfs) await sweepStaleDisks();
   const isolation: HostIsolation = {
     driver: options.driver,
     limits: cgroups ? `cgroup-v${cgroups.version}` : "rlimit",

@@ -4,11 +4,13 @@
  * files, and symlinks swapped under the file tools. The benign task's calls must all answer while
  * the attacker does its worst, and nothing may be written outside the attacker's tree.
  */
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSandboxHost } from "../../sandboxes/host.js";
 import { callId, useHost } from "./harness.js";
 
 const host = useHost({ driver: "direct" });
@@ -198,4 +200,48 @@ describe.runIf(process.getuid?.() === 0 || process.env.CI)("the host's fair shar
     expect([held(a1), held(a2)]).not.toEqual([true, true]);
     expect(held(b1)).toBe(true);
   });
+});
+
+describe.runIf(process.getuid?.() === 0 || process.env.CI)("a host killed before it could clean up", () => {
+  it("leaves no mount and no control group past the next host's start", async () => {
+    const root = mkdtempSync(join(tmpdir(), "sextant-killed-host-"));
+    const token = "killed-host-token-0123456789";
+    const child = spawn(process.execPath, ["--import", "tsx", "sandboxes/main.ts", "--port", "0", "--root", root], {
+      env: { ...process.env, SANDBOX_TOKEN: token },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    try {
+      const { url } = JSON.parse(
+        await new Promise<string>((r) => createInterface({ input: child.stdout! }).once("line", r)),
+      );
+      const made = await fetch(`${url}/v1/sandboxes`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ id: "killed-host-0001" }),
+      });
+      expect(made.status).toBe(201);
+      const mounted = () => readFileSync("/proc/self/mountinfo", "utf8").includes(`sextant-${child.pid} `);
+      const groups = () =>
+        readFileSync("/proc/self/cgroup", "utf8")
+          .split("\n")
+          .filter((l) => /:(memory|pids):/.test(l))
+          .map((l) => join("/sys/fs/cgroup", l.split(":")[1]!, l.split(":")[2]!, `sextant-host-${child.pid}`))
+          .filter((dir) => existsSync(dir));
+      expect(mounted()).toBe(true);
+      expect(groups().length).toBeGreaterThan(0);
+      child.kill("SIGKILL");
+      await new Promise((r) => child.once("exit", r));
+      // Nothing cleaned up: the next host to start does it.
+      expect(mounted()).toBe(true);
+      const nextRoot = mkdtempSync(join(tmpdir(), "sextant-next-host-"));
+      const next = await startSandboxHost({ token, root: nextRoot, driver: "direct" });
+      await next.stop();
+      rmSync(nextRoot, { recursive: true, force: true });
+      expect(mounted()).toBe(false);
+      expect(groups()).toEqual([]);
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(root, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
