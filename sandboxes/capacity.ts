@@ -8,6 +8,7 @@
  * only the count applies.
  */
 import { totalmem } from "node:os";
+import type { SharedMemory } from "./cgroups.js";
 import { HttpError } from "./http.js";
 
 export interface CapacityOptions {
@@ -36,7 +37,7 @@ export class HostCapacity {
   ) {}
 
   /** The memory control groups' shares: all sandboxes', and one tenant's. */
-  get memory(): { totalBytes: number; tenantBytes: number } {
+  get memory(): SharedMemory {
     return { totalBytes: this.memoryBytes, tenantBytes: Math.floor(this.memoryBytes * this.tenantShare) };
   }
 

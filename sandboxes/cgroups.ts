@@ -13,6 +13,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { pidAlive } from "./leftovers.js";
 
 export interface SandboxCgroup {
   /** The argv prefix that puts a command in the sandbox's groups, then runs the rest (as root). */
@@ -21,8 +22,6 @@ export interface SandboxCgroup {
   kill(): Promise<void>;
   /** Kills what is left and removes the groups. */
   remove(): Promise<void>;
-  /** Bytes of memory the sandbox holds now (its processes and the pages they wrote to its tmpfs). */
-  memoryBytes(): Promise<number>;
 }
 
 /** Memory of all sandboxes together, and of one tenant's (the rest stays the host's own). */
@@ -102,7 +101,7 @@ async function sweepStale(parent: string): Promise<void> {
   const names = await readdir(parent).catch(() => [] as string[]);
   for (const name of names) {
     const pid = Number(/^sextant-host-(\d+)$/.exec(name)?.[1]);
-    if (!pid || pid === process.pid || alive(pid)) continue;
+    if (!pid || pid === process.pid || pidAlive(pid)) continue;
     const dirs: string[] = [];
     const walk = async (dir: string): Promise<void> => {
       for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => []))
@@ -113,15 +112,6 @@ async function sweepStale(parent: string): Promise<void> {
     await removeDirs(dirs);
   }
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-};
 
 async function removeDirs(dirs: string[]): Promise<void> {
   await killAll(dirs);
@@ -184,7 +174,6 @@ async function v1(shared: SharedMemory): Promise<Cgroups | undefined> {
         joinArgv: ["sh", "-c", JOIN, "sh", ...[memory, pids, cpu].map((d) => join(d, "cgroup.procs")), "--"],
         kill: () => killAll(dirs),
         remove: () => removeDirs(dirs),
-        memoryBytes: async () => Number(await readFile(join(memory, "memory.usage_in_bytes"), "utf8").catch(() => "0")),
       };
     },
     async close() {
@@ -243,7 +232,6 @@ async function v2(shared: SharedMemory): Promise<Cgroups | undefined> {
             await killAll([dir]);
           },
           remove: () => removeDirs([dir]),
-          memoryBytes: async () => Number(await readFile(join(dir, "memory.current"), "utf8").catch(() => "0")),
         };
       },
       async close() {

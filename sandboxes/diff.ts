@@ -2,7 +2,7 @@
  * The diff from the tree as uploaded to the tree now, as `git apply` reads it: `a/` and `b/`
  * prefixes, `/dev/null` for created and deleted files, hunks with three lines of context (jsdiff's
  * `structuredPatch`). `.git` and `node_modules` are left out (what a build or an install wrote there
- * is not the task's change), and so are binary files, which are listed instead.
+ * is not the task's change); binary files, and files past the caps below, are listed in `skipped`.
  *
  * It runs in the host's worker pool (`tree-worker.ts`), never on its event loop, under a deadline and
  * caps: files past `MAX_FILE_BYTES` and what comes past `MAX_DIFF_BYTES` of diff are listed in
@@ -12,6 +12,7 @@
 import { BINARY_SNIFF_BYTES } from "../protocol/binary.js";
 import type { DiffResponse } from "../protocol/agents/sandbox.js";
 import { HttpError } from "./http.js";
+import { SKIPPED_DIRS } from "./tools.js";
 import { JobAborted, JobTimeout, type TreePool } from "./tree-pool.js";
 
 export const MAX_FILE_BYTES = 2 * 2 ** 20;
@@ -25,11 +26,7 @@ export interface DiffSource {
   uid: number;
 }
 
-export async function treeDiff(
-  pool: TreePool,
-  s: DiffSource,
-  signal?: AbortSignal,
-): Promise<DiffResponse & { binary: string[]; skipped: { path: string; reason: string }[] }> {
+export async function treeDiff(pool: TreePool, s: DiffSource, signal?: AbortSignal): Promise<DiffResponse> {
   try {
     return await pool.diff(
       s.tenant,
@@ -38,7 +35,7 @@ export async function treeDiff(
         base: s.base,
         tree: s.tree,
         owner: process.getuid?.() === 0 ? s.uid : null,
-        skipDirs: [".git", "node_modules"],
+        skipDirs: SKIPPED_DIRS,
         maxDepth: 64,
         maxFiles: 50_000,
         maxFileBytes: MAX_FILE_BYTES,

@@ -9,6 +9,7 @@
 import { execFile } from "node:child_process";
 import { mkdir, readFile, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
+import { pidAlive } from "./leftovers.js";
 
 export interface SandboxDisk {
   dir: string;
@@ -16,8 +17,8 @@ export interface SandboxDisk {
   scratch: string;
   /** `tmpfs` when the cap holds for the whole disk; `file-size` when it holds per file only. */
   enforced: "tmpfs" | "file-size";
-  /** Bytes and files in use, where the disk is a mount of its own (undefined otherwise). */
-  usage(): Promise<{ bytes: number; files: number } | undefined>;
+  /** Bytes in use, where the disk is a mount of its own (undefined otherwise). */
+  usedBytes(): Promise<number | undefined>;
   remove(): Promise<void>;
 }
 
@@ -60,11 +61,10 @@ export async function makeDisk(dir: string, bytes: number, tmpfs: boolean): Prom
     tree,
     scratch,
     enforced: tmpfs ? "tmpfs" : "file-size",
-    async usage() {
+    async usedBytes() {
       if (!tmpfs) return undefined;
       const s = await statfs(dir);
-      // The tree and scratch directories themselves are not the task's files.
-      return { bytes: (s.blocks - s.bfree) * s.bsize, files: Math.max(0, s.files - s.ffree - 3) };
+      return (s.blocks - s.bfree) * s.bsize;
     },
     async remove() {
       // Lazily: a process that still holds a file open there cannot keep the mount, only its pages, until it ends.
@@ -73,15 +73,6 @@ export async function makeDisk(dir: string, bytes: number, tmpfs: boolean): Prom
     },
   };
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-};
 
 /**
  * Unmounts the sandbox disks of hosts that are gone (killed before they could unmount them), so
@@ -95,7 +86,7 @@ export async function sweepStaleDisks(): Promise<number> {
     const [left, right] = line.split(" - ");
     const [fstype, source] = (right ?? "").split(" ");
     const pid = /^sextant-(\d+)$/.exec(source ?? "")?.[1];
-    if (fstype !== "tmpfs" || !pid || Number(pid) === process.pid || alive(Number(pid))) continue;
+    if (fstype !== "tmpfs" || !pid || Number(pid) === process.pid || pidAlive(Number(pid))) continue;
     // The mount point, with the kernel's octal escapes for spaces and the like undone.
     const point = (left ?? "")
       .split(" ")[4]

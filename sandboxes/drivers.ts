@@ -32,10 +32,11 @@ export interface RunOptions {
   uid?: number;
   /** A writable directory outside the tree: HOME and TMPDIR (`direct`), /tmp (`bubblewrap`). */
   scratch?: string;
-  /** An argv run first, as root, that ends by running the rest (joining the sandbox's control groups). */
-  prefix?: string[];
-  /** Whether a control group caps the sandbox's memory, so no address-space rlimit is set. */
-  memoryCapped?: boolean;
+  /**
+   * The argv, run first as root, that puts the command in its sandbox's control groups and then runs
+   * the rest. With it the group caps memory, and no address-space rlimit is set.
+   */
+  cgroupJoin?: string[];
   signal?: AbortSignal;
 }
 
@@ -56,9 +57,10 @@ const isRoot = () => process.getuid?.() === 0;
  * Where a control group caps memory, no address-space limit is set: V8's WebAssembly (undici's HTTP
  * parser, so Node's `fetch`) reserves far more address space than it uses, and fails under one.
  */
-function rlimits(limits: SandboxLimits, memoryCapped: boolean | undefined): string[] {
+function rlimits(opts: RunOptions): string[] {
+  const { limits } = opts;
   return [
-    ...(memoryCapped ? [] : [`--as=${limits.memoryBytes}`]),
+    ...(opts.cgroupJoin ? [] : [`--as=${limits.memoryBytes}`]),
     `--nproc=${limits.pids}`,
     `--cpu=${limits.cpuSeconds}`,
     `--fsize=${limits.diskBytes}`,
@@ -105,7 +107,7 @@ function bubblewrapArgs(opts: RunOptions): string[] {
     : ["--unshare-all"];
   const tmp = opts.scratch ? ["--bind", opts.scratch, "/tmp"] : ["--perms", "1777", "--tmpfs", "/tmp"];
   return [
-    ...rlimits(opts.limits, opts.memoryCapped),
+    ...rlimits(opts),
     "--",
     "bwrap",
     ...namespaces,
@@ -134,7 +136,7 @@ export const bubblewrapDriver: SandboxDriver = {
   name: "bubblewrap",
   workdir: () => "/workspace",
   run(opts) {
-    const argv = [...(opts.prefix ?? []), "prlimit", ...bubblewrapArgs(opts)];
+    const argv = [...(opts.cgroupJoin ?? []), "prlimit", ...bubblewrapArgs(opts)];
     const spec: SpawnSpec = { file: argv[0]!, args: argv.slice(1), cwd: opts.tree, env: { PATH } };
     return runCapped(spec, { timeoutMs: opts.timeoutMs, outputBytes: opts.limits.outputBytes, signal: opts.signal });
   },
@@ -146,10 +148,10 @@ export const directDriver: SandboxDriver = {
   run(opts) {
     const scratch = opts.scratch ?? join(opts.tree, "..", "scratch");
     const argv = [
-      ...(opts.prefix ?? []),
+      ...(opts.cgroupJoin ?? []),
       ...dropTo(opts.uid),
       "prlimit",
-      ...rlimits(opts.limits, opts.memoryCapped),
+      ...rlimits(opts),
       "--",
       ...shell(opts.command),
     ];

@@ -171,7 +171,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   async function create(body: unknown): Promise<[number, unknown]> {
     const request = parse(CreateSandboxRequest, body);
     const held = await Promise.all(
-      [...sandboxes.values()].map(async (s) => ({ tenant: s.tenant, usedBytes: (await s.disk.usage())?.bytes ?? 0 })),
+      [...sandboxes.values()].map(async (s) => ({ tenant: s.tenant, usedBytes: (await s.disk.usedBytes()) ?? 0 })),
     );
     // From here to `creating.add` nothing awaits: a second create of the same id meets one or the other.
     if (sandboxes.has(request.id) || creating.has(request.id))
@@ -216,7 +216,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     sandboxes.set(s.id, s);
     await mkdir(join(dir, "calls"), { mode: 0o700 });
     await mkdir(s.base, { mode: 0o700 });
-    if (root) for (const d of [s.tree, s.disk.scratch]) await chownPath(d, uid);
+    if (root) for (const d of [s.tree, s.disk.scratch]) await chown(d, uid, uid);
     return [201, await info(s)];
   }
 
@@ -238,7 +238,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       growth += roundUp(content.length) - (replaced?.isFile() ? roundUp(replaced.size) : 0);
       decoded.push({ path: f.path, content, executable: f.executable });
     }
-    const used = (await s.disk.usage())?.bytes ?? (await s.fs.usage()).bytes;
+    const used = (await s.disk.usedBytes()) ?? (await s.fs.usage()).bytes;
     if (used + growth > s.limits.diskBytes)
       throw new HttpError(507, "disk_full", `The files would take the tree past ${s.limits.diskBytes} bytes.`);
     let written = 0;
@@ -278,7 +278,6 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
           tenant: s.tenant,
           limits: s.limits,
           driver,
-          uid: s.uid,
           owner: root ? s.uid : null,
           signal: s.abort.signal,
           index: s.index,
@@ -290,8 +289,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
               limits: s.limits,
               uid: s.uid,
               scratch: s.disk.scratch,
-              memoryCapped: s.cgroup !== undefined,
-              ...(s.cgroup ? { prefix: s.cgroup.joinArgv } : {}),
+              ...(s.cgroup ? { cgroupJoin: s.cgroup.joinArgv } : {}),
               signal: s.abort.signal,
             }),
           ran: (result) => {
@@ -337,10 +335,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     stop,
     upload,
     call,
-    diff: async (s) => {
-      const { binary: _, skipped: __, ...diff } = await treeDiff(pool, s, s.abort.signal);
-      return diff;
-    },
+    diff: (s) => treeDiff(pool, s, s.abort.signal),
     search: (s, args) => {
       if (!s.index) throw new HttpError(409, "conflict", "This sandbox's task came without an index.");
       try {
@@ -396,5 +391,3 @@ const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;
 
 /** The tag of a sandbox's tenant: its org as the task object sent it, or the sandbox alone. */
 const tenantOf = (request: { id: string; tenant?: string | undefined }) => request.tenant ?? `sandbox:${request.id}`;
-
-const chownPath = (path: string, uid: number) => chown(path, uid, uid);

@@ -6,6 +6,16 @@
  */
 import { spawn } from "node:child_process";
 
+/** Whether a process of that pid exists (one of another user's counts too). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
 const asUser = (uid: number) => [`--reuid=${uid}`, `--regid=${uid}`, "--clear-groups"];
 
 function runAs(uid: number, argv: string[], timeoutMs: number): Promise<void> {

@@ -26,8 +26,8 @@ export interface ToolContext {
   /** Whose work this is, for the pool's fair share (the task's org, opaque). */
   tenant: string;
   limits: SandboxLimits;
+  /** The sandbox's driver (where its commands see the tree). */
   driver: SandboxDriver;
-  uid: number;
   /** The sandbox's uid when the host runs as root: only its files are read. */
   owner: number | null;
   /** Aborted when the sandbox is destroyed or its task cancelled. */

@@ -54,7 +54,6 @@ export interface DiffResult {
   filesChanged: number;
   insertions: number;
   deletions: number;
-  binary: string[];
   skipped: { path: string; reason: string }[];
 }
 

@@ -69,7 +69,7 @@ function readAt(dirFd, name, max, owner) {
     const info = fs.fstatSync(fd);
     if (!info.isFile()) return { skip: "not_regular" };
     if (owner !== null && info.uid !== owner) return { skip: "not_owned" };
-    if (info.size > max) return { skip: "too_large", size: info.size };
+    if (info.size > max) return { skip: "too_large" };
     const bytes = Buffer.allocUnsafe(info.size);
     let read = 0;
     while (read < info.size) {
@@ -123,7 +123,7 @@ function grep(job) {
   return { matches, truncated };
 }
 
-/** Path to the directory fd's entry, with the file's bytes, for a diff side. */
+/** One side of a diff: the file at a tree path (no symlink followed), or why it is not read; a large file's hash. */
 function side(root, rel, max, owner) {
   const parts = rel.split("/");
   const name = parts.pop();
@@ -167,7 +167,6 @@ function diff(job) {
   const after = listing(job.tree, opts);
   const paths = [...new Set([...before, ...after])].sort();
   const parts = [];
-  const binary = [];
   const skipped = [];
   let filesChanged = 0, insertions = 0, deletions = 0, bytes = 0;
   for (const path of paths) {
@@ -182,7 +181,7 @@ function diff(job) {
     }
     const isBinary = (f) => f && f.bytes.subarray(0, job.sniffBytes).includes(0);
     if (isBinary(a) || isBinary(b)) {
-      binary.push(path);
+      skipped.push({ path, reason: "binary" });
       continue;
     }
     const oldText = a ? a.bytes.toString("utf8") : "";
@@ -227,7 +226,7 @@ function diff(job) {
     insertions += added;
     deletions += removed;
   }
-  return { diff: parts.join(""), filesChanged, insertions, deletions, binary, skipped };
+  return { diff: parts.join(""), filesChanged, insertions, deletions, skipped };
 }
 
 const KINDS = { grep, diff };

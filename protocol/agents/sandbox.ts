@@ -130,6 +130,11 @@ export const DiffResponse = z.object({
   filesChanged: z.number().int(),
   insertions: z.number().int(),
   deletions: z.number().int(),
+  /**
+   * Changed files the diff leaves out, and why: `binary`, `too_large` (over 2 MiB, told changed by
+   * their hash), `diff_budget` (past the diff's 16 MiB), `not_regular`, `symlink`, `unreadable`.
+   */
+  skipped: z.array(z.object({ path: z.string(), reason: z.string() })).default([]),
 });
 export type DiffResponse = z.infer<typeof DiffResponse>;
 

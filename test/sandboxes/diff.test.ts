@@ -37,7 +37,7 @@ it("answers an empty diff for an untouched tree", async () => {
   await host.create("diff-empty");
   await host.upload("diff-empty", ORIGINAL);
   const r = await host.request("GET", "/v1/sandboxes/diff-empty/diff");
-  expect(r).toEqual({ status: 200, body: { diff: "", filesChanged: 0, insertions: 0, deletions: 0 } });
+  expect(r).toEqual({ status: 200, body: { diff: "", filesChanged: 0, insertions: 0, deletions: 0, skipped: [] } });
 });
 
 it("answers a diff that `git apply` turns the uploaded tree into the tree now with", async () => {
@@ -73,4 +73,21 @@ it("answers a diff that `git apply` turns the uploaded tree into the tree now wi
   expect(applied.stderr).not.toMatch(/error/i);
   expect(applied.status).toBe(0);
   expect(snapshot(copy)).toEqual(snapshot(join(host.root, id, "disk", "tree")));
+});
+
+it("lists the changed files it leaves out, binary and over its size cap, and why", async () => {
+  await host.create("diff-skipped");
+  await host.upload("diff-skipped", { "small.txt": "one\n" });
+  const r = await host.call("diff-skipped", callId(), "run_terminal", {
+    command: "printf 'a\\0b' > bin.dat; head -c 3000000 /dev/zero | tr '\\0' x > big.txt; echo two >> small.txt",
+  });
+  expect(r.ok).toBe(true);
+  const diff = DiffResponse.parse((await host.request("GET", "/v1/sandboxes/diff-skipped/diff")).body);
+  expect(diff.skipped).toEqual([
+    { path: "big.txt", reason: "too_large" },
+    { path: "bin.dat", reason: "binary" },
+  ]);
+  expect(diff.filesChanged).toBe(1);
+  expect(diff.diff).toContain("+two");
+  expect(diff.diff).not.toContain("big.txt");
 });

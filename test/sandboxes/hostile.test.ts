@@ -102,18 +102,17 @@ describe("a hostile task beside another org's", () => {
       `end=$(($(date +%s) + 4)); while [ $(date +%s) -lt $end ]; do rm -rf d; mkdir d; rm -rf d; ln -s ${outside} d; done; rm -rf d`,
       30_000,
     );
-    const calls: Promise<{ ok: boolean }>[] = [];
+    const calls: Promise<unknown>[] = [];
     for (let i = 0; i < 300; i++) {
       calls.push(host.call(ATTACKER, callId(), "create_file", { path: `d/created-${i}.txt`, content: "escaped\n" }));
       calls.push(host.call(ATTACKER, callId(), "create_file", { path: `d/deep/${i}/x.txt`, content: "escaped\n" }));
       if (i % 20 === 0) await new Promise((r) => setTimeout(r, 5));
     }
-    const outcomes = await Promise.all(calls);
+    await Promise.all(calls);
     await swapping;
+    // Some calls met a directory and wrote into the tree, the rest were refused: none escaped.
     expect(readdirSync(outside)).toEqual(["keep.txt"]);
     expect(statSync(outside).uid).toBe(process.getuid!());
-    // Some calls met a directory and wrote into the tree; the rest were refused, none escaped.
-    expect(outcomes.length).toBe(600);
   });
 
   it("refuses a link out of the tree, and a hard link to a file it does not own", async () => {
