@@ -1,13 +1,17 @@
 /**
  * `npm test`: type-checks everything (tests included), runs every vitest project, reads every edge's
  * log for the Workers runtime's cross-request and hung-request messages, and ends with the plain
- * `N passed, N failed` line that CI reads. Extra arguments go to vitest.
+ * `N passed, N failed, N skipped` line that CI reads: vitest's own counts of tests, with each check
+ * that is not a test (the type checks, the prebuilt edge, the log scan, a skip nothing excuses)
+ * reported on a line of its own and, when it fails, counted as one failure more, so that the line
+ * never says 0 failed of a run that failed. Extra arguments go to vitest.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { prebuildEdge } from "./prebuilt-edge.js";
 import { EDGE_LOG_DIR, scanRuntimeLogFiles } from "./runtime-log-scan.js";
+import { summarize, type TestSummary } from "./test-summary.js";
 
 const REPORT = ".vitest/results.json";
 /** vitest's own output: the pool's workerd and any Miniflare run inside a test process write there. */
@@ -42,12 +46,10 @@ async function runTee(command: string, args: string[], file: string): Promise<bo
   return code === 0;
 }
 
-let failed = 0;
-let passed = 0;
-for (const project of ["tsconfig.json", "tsconfig.node.json"]) {
-  if (run("npx", ["tsc", "-p", project])) passed++;
-  else failed++;
-}
+/** The checks that are not tests, each with its outcome, for the closing lines. */
+const checks: { name: string; ok: boolean }[] = [];
+for (const project of ["tsconfig.json", "tsconfig.node.json"])
+  checks.push({ name: `type check of ${project}`, ok: run("npx", ["tsc", "-p", project]) });
 
 mkdirSync(".vitest", { recursive: true });
 rmSync(REPORT, { force: true });
@@ -68,24 +70,31 @@ if (!process.env.SEXTANT_PREBUILT_EDGE) {
     );
   } catch (err) {
     console.log(`\nBuilding the prebuilt edge failed; each local edge bundles its own:\n${String(err)}`);
-    failed++;
+    checks.push({ name: "prebuilt edge", ok: false });
   }
 }
+// Files or a `-t` filter on the command line narrow the run, and vitest skips what was not asked for.
+const vitestArgs = process.argv.slice(2);
 const vitestOk = await runTee(
   "npx",
-  ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${REPORT}`, ...process.argv.slice(2)],
+  ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${REPORT}`, ...vitestArgs],
   OUTPUT,
 );
-
+let summary: TestSummary | undefined;
 try {
-  const report = JSON.parse(readFileSync(REPORT, "utf8")) as { numPassedTests: number; numFailedTests: number };
-  passed += report.numPassedTests;
-  failed += report.numFailedTests;
-  // A crash outside any test (an unhandled error, a failed setup) fails the run even with no failed test.
-  if (!vitestOk && report.numFailedTests === 0) failed++;
-} catch {
-  failed++;
+  summary = summarize(readFileSync(REPORT, "utf8"), {
+    root: process.cwd(),
+    asRoot: process.getuid?.() === 0,
+    narrowed: vitestArgs.length > 0,
+  });
+} catch (err) {
+  console.log(`\nvitest's report ${REPORT} could not be read: ${String(err)}`);
 }
+// A crash outside any test (an unhandled error, a failed setup) fails the run even with no failed test.
+checks.push({
+  name: "vitest's run, with no error outside a test",
+  ok: summary !== undefined && (vitestOk || summary.failed > 0),
+});
 
 let edgeLogs: string[] = [];
 try {
@@ -95,14 +104,20 @@ try {
 }
 const logs = [OUTPUT, ...edgeLogs];
 const faults = await scanRuntimeLogFiles(logs);
-if (faults.length === 0) {
-  console.log(`\nNo cross-request or hung-request message from the Workers runtime in ${logs.length} logs.`);
-  passed++;
-} else {
+if (faults.length > 0) {
   console.log("\nThe Workers runtime reported cross-request or hung-request I/O:");
   for (const fault of faults) console.log(`${fault.file}:${fault.line}: ${fault.text}`);
-  failed++;
 }
+checks.push({ name: `Workers runtime log scan (${logs.length} logs)`, ok: faults.length === 0 });
 
-console.log(`\n${passed} passed, ${failed} failed`);
+console.log("");
+for (const check of checks) console.log(`${check.ok ? "ok    " : "FAILED"} ${check.name}`);
+for (const skip of summary?.skipped ?? [])
+  console.log(
+    summary!.unexcused.includes(skip)
+      ? `FAILED skipped, and no entry of scripts/test-summary.ts's allow-list excuses it: ${skip.file} > ${skip.test}`
+      : `skip   ${skip.file} > ${skip.test}${skip.allowed ? ` (${skip.allowed})` : ""}`,
+  );
+const failed = (summary?.failed ?? 0) + (summary?.unexcused.length ?? 0) + checks.filter((check) => !check.ok).length;
+console.log(`\n${summary?.passed ?? 0} passed, ${failed} failed, ${summary?.skipped.length ?? 0} skipped`);
 process.exit(failed === 0 ? 0 : 1);
