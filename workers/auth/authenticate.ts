@@ -40,7 +40,7 @@ export async function authenticate(
 
   const hash = await hashApiKey(token);
   let principal = cache.get(hash);
-  if (principal === undefined) principal = await lookUp(env, cache, hash, waitUntil);
+  if (principal === undefined) principal = await lookUp(env, cache, hash, waitUntil).catch(keysUnavailable);
   else if (principal && cache.claimRefresh(hash))
     waitUntil(
       lookUp(env, cache, hash, waitUntil)
@@ -58,6 +58,23 @@ export async function authenticate(
     throw unauthenticated("The API key has expired.");
   }
   return principal;
+}
+
+/**
+ * D1 failed while a key not in the cache was looked up: the request cannot be authenticated, but
+ * nothing is wrong with it, so it gets 503 and a retry rather than 401 (the key may be valid) or 500.
+ */
+function keysUnavailable(err: unknown): never {
+  console.error(
+    JSON.stringify({
+      level: "error",
+      message: "API key lookup failed",
+      error: err instanceof Error ? `${err.name}: ${err.message}` : String(err),
+    }),
+  );
+  throw new ApiError("unavailable", "API keys cannot be checked right now; retry shortly.", {
+    headers: { "Retry-After": "1" },
+  });
 }
 
 /** Reads a key's principal from D1 into the cache. */
