@@ -27,7 +27,7 @@ describe("the deployable bundle", () => {
     const data = bundle.modules.filter((m) => m.name !== "index.js");
     const model = ["weights.bin", "vocab.txt"].map((file) => {
       const module = data.find((m) => m.name.replace(/^[0-9a-f]+-/, "") === file);
-      expect(module, file).toBeDefined();
+      expect(module?.name.replace(/^[0-9a-f]+-/, ""), file).toBe(file);
       expect(readFileSync(join(outdir, module!.name)).equals(readFileSync(new URL(file, MODEL)))).toBe(true);
       return module!;
     });

@@ -28,7 +28,7 @@ describe("how much each word of a question says", () => {
     const mean = sum / shipped.queryWeight.length;
     for (const term of ["detect", "sery", "only", "limit", "pars"]) {
       const id = shipped.vocab.get(term);
-      expect(id, term).toBeDefined();
+      expect(shipped.queryWeight[id!], term).toBeTypeOf("number");
       expect(weigh(term)).toBeCloseTo(Math.min(4, Math.sqrt(Math.max(0, shipped.queryWeight[id!]!) / mean)), 6);
     }
     expect(weigh("#parseduration")).toBe(1);

@@ -123,8 +123,7 @@ describe("codebase_search in an agent task", () => {
     const [first, scoped, after] = searches;
     expect(first!.ok).toBe(true);
     const range = first!.result!.results.find((h) => h.path === "packages/range/src/range.js");
-    expect(range, JSON.stringify(first)).toBeDefined();
-    expect(range!.stale).toBe(false);
+    expect(range, JSON.stringify(first)).toMatchObject({ path: "packages/range/src/range.js", stale: false });
     expect(first!.result!.text).toContain("for (let i = 0; i <= n; i++) out.push(i);");
     // A scope is a directory of the tree: every hit is below it.
     expect(scoped!.ok).toBe(true);

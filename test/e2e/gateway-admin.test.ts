@@ -203,7 +203,7 @@ describe("the gateway's operator view", () => {
   it("shows an ejection after real traffic failed on the nearest endpoint, in this isolate and shared", async () => {
     await gw.sim.backend("east").configure({ fault: { type: "status", status: 500 } });
     // Each request fails over to London and succeeds; the third failure in Virginia ejects it.
-    for (let i = 0; i < 3; i++) expect((await complete()).choices[0]!.text).toBeTruthy();
+    for (let i = 0; i < 3; i++) expect((await complete()).choices[0]!.text).toBe("sim0 sim1 sim2 sim3 ");
     const east = await until("east's ejection to reach the health object", async () => {
       const east = endpoint(await status(), "east");
       return east.health.ejectedUntil ? east : undefined;

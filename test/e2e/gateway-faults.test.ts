@@ -179,7 +179,8 @@ describe("gateway failure handling", () => {
       }
       // What the edge gave up on, it cancelled.
       for (const r of east)
-        if (r.outcome === "pending" || r.fault === "hangBeforeHeaders") expect(r.abortedAt).toBeDefined();
+        if (r.outcome === "pending" || r.fault === "hangBeforeHeaders")
+          expect(r.abortedAt).toBeGreaterThanOrEqual(r.receivedAt);
       const west = posts(`${name}-west`).filter((r) => r.outcome === "completed");
       expect(west).toHaveLength(8);
       if (midStream) {

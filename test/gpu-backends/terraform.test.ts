@@ -65,7 +65,10 @@ describe("HCL parsing", () => {
   it("parses every .tf, .tfvars and .hcl file under gpu-backends with HashiCorp's parser", async () => {
     const files = listFiles("gpu-backends", [".tf", ".tfvars", ".hcl"]);
     expect(files.length).toBeGreaterThanOrEqual(8 + 4 * 4);
-    for (const file of files) await expect(parseHcl(file, readFileSync(file, "utf8"))).resolves.toBeDefined();
+    for (const file of files) {
+      const text = readFileSync(file, "utf8");
+      await expect(parseHcl(file, text)).resolves.toEqual({ path: file, text, body: expect.any(Object) });
+    }
   });
 
   it("reports a syntax error with its file and line", async () => {
@@ -275,7 +278,7 @@ describe("outputs match the edge's configuration schema", () => {
   it.each(REGIONS)("%s: the coordinates are those of the root's AWS region", async (name) => {
     const { root, pool } = await region(name);
     const awsRegion = root.module.block("provider", "aws")!.region as string;
-    expect(AWS_LOCATIONS[awsRegion], `a location for ${awsRegion}`).toBeDefined();
+    expect(AWS_LOCATIONS[awsRegion], `a location for ${awsRegion}`).toEqual([expect.any(Number), expect.any(Number)]);
     const at: [number, number] = [
       (await pool.variable("latitude")) as number,
       (await pool.variable("longitude")) as number,

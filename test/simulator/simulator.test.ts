@@ -139,7 +139,10 @@ describe("the OpenAI protocol, through the openai SDK", () => {
       .withResponse();
     expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
     expect(response.headers.get("x-simulator")).toBe("sextant");
-    expect(response.headers.get("x-request-id")).toBeTruthy();
+    // The client sent none: the simulator mints one.
+    expect(response.headers.get("x-request-id")).toMatch(
+      /^sim-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+    );
     const chunks: OpenAI.ChatCompletionChunk[] = [];
     for await (const chunk of stream) chunks.push(chunk);
 
@@ -264,7 +267,11 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
   const ask = { model: "sim-claude", max_tokens: 100, messages: [{ role: "user" as const, content: "Hello there" }] };
 
   it("answers a whole message with text blocks, a stop reason and usage", async () => {
-    const message = await claude().messages.create({ ...ask, system: "Be brief." });
+    // The version the gateway sends, which is not the SDK's own: the simulator records what came.
+    const message = await claude().messages.create(
+      { ...ask, system: "Be brief." },
+      { headers: { "anthropic-version": "2023-06-01" } },
+    );
     expect(message.type).toBe("message");
     expect(message.role).toBe("assistant");
     expect(message.content).toEqual([{ type: "text", text: "sim0 sim1 sim2 sim3 sim4 sim5 " }]);
@@ -276,7 +283,7 @@ describe("the Anthropic Messages API, through @anthropic-ai/sdk", () => {
     const [record] = sim.backend("claude").records();
     expect(record!.path).toBe("/v1/messages");
     expect(record!.authorization).toBe("Bearer sk-ant-sim");
-    expect(record!.headers["anthropic-version"]).toBeTruthy();
+    expect(record!.headers["anthropic-version"]).toBe("2023-06-01");
   });
 
   it("streams typed events that the SDK assembles into the same message, stopping at max_tokens", async () => {

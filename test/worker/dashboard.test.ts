@@ -237,7 +237,7 @@ describe("/admin/dashboard", () => {
         failures++;
       }
     }
-    expect(refused).toBeDefined();
+    expect(refused?.status).toBe(429);
     // Earlier tests in this file failed a few sign-ins of their own; the hour refills a couple more meanwhile.
     expect(failures).toBeLessThanOrEqual(100);
     expect(failures).toBeGreaterThan(60);

@@ -126,20 +126,20 @@ describe("capacity, classes and slow start", () => {
     expect(balancer.limit(one, pool, "chat", 0)).toBe(7);
     expect(balancer.limit(one, pool, "apply", 0)).toBe(6);
     expect(balancer.limit(one, pool, "background", 0)).toBe(4);
-    for (let i = 0; i < 4; i++) expect(balancer.acquire(pool, [one], "background", 0)).toBeDefined();
+    for (let i = 0; i < 4; i++) expect(balancer.acquire(pool, [one], "background", 0)).toBe(one);
     expect(balancer.acquire(pool, [one], "background", 0)).toBeUndefined();
-    expect(balancer.acquire(pool, [one], "apply", 0)).toBeDefined();
-    expect(balancer.acquire(pool, [one], "apply", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "apply", 0)).toBe(one);
+    expect(balancer.acquire(pool, [one], "apply", 0)).toBe(one);
     expect(balancer.acquire(pool, [one], "apply", 0)).toBeUndefined();
-    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
-    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBe(one);
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBe(one);
     expect(balancer.acquire(pool, [one], "tab", 0)).toBeUndefined();
   });
 
   it("tells a request waiting for a slot that one was released, and one waiting too long that none was", async () => {
     const { balancer, pool, endpoints } = setup({}, { endpoints: [endpoint("one", "us-east", VIRGINIA, 1)] });
     const one = endpoints.get("one")!;
-    expect(balancer.acquire(pool, [one], "tab", 0)).toBeDefined();
+    expect(balancer.acquire(pool, [one], "tab", 0)).toBe(one);
     expect(await balancer.waitForSlot(10)).toBe(false);
     const waiting = balancer.waitForSlot(60_000);
     balancer.release(pool, one);

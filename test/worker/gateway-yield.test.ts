@@ -218,9 +218,10 @@ describe("background yield", () => {
     const a = track(g, order, 0);
     const b = track(g, order, 1, controller.signal);
     const c = track(g, order, 2);
-    controller.abort(new Error("gone"));
+    const gone = new Error("gone");
+    controller.abort(gone);
     while (!a.done || !c.done) await clock.step();
-    expect(b.error).toBeDefined();
+    expect(b.error).toBe(gone);
     expect(order).toEqual([0, 2]);
     expect(g.status(clock.t).waiting).toBe(0);
   });

@@ -12,8 +12,15 @@ export interface CallOptions {
   headers?: Record<string, string>;
 }
 
+/** The `X-Request-Id` each response of `call` was asked with (null: none), for `expectProblem`. */
+const sentRequestIds = new WeakMap<Response, string | null>();
+
+/** A request id the edge echoes (Hono's `requestId`, at most 128 characters here); it mints a v4 UUID otherwise. */
+const ECHOED_REQUEST_ID = /^[\w=-]{1,128}$/;
+const MINTED_REQUEST_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
 /** One request to the Worker under test, through its real fetch handler. */
-export function call(path: string, options: CallOptions = {}): Promise<Response> {
+export async function call(path: string, options: CallOptions = {}): Promise<Response> {
   const headers = new Headers(options.headers);
   if (options.token) headers.set("Authorization", `Bearer ${options.token}`);
   let body: BodyInit | undefined;
@@ -21,7 +28,13 @@ export function call(path: string, options: CallOptions = {}): Promise<Response>
     body = typeof options.body === "string" ? options.body : JSON.stringify(options.body);
     if (!headers.has("Content-Type")) headers.set("Content-Type", "application/json");
   }
-  return SELF.fetch(`${ORIGIN}${path}`, { method: options.method ?? (body ? "POST" : "GET"), headers, body });
+  const response = await SELF.fetch(`${ORIGIN}${path}`, {
+    method: options.method ?? (body ? "POST" : "GET"),
+    headers,
+    body,
+  });
+  sentRequestIds.set(response, headers.get("X-Request-Id"));
+  return response;
 }
 
 export const adminCall = (path: string, options: Omit<CallOptions, "token"> = {}) =>
@@ -41,7 +54,12 @@ export async function expectProblem(
   expect(problem.code).toBe(code);
   expect(problem.status).toBe(status);
   expect(problem.type).toBe(`/errors/${code}`);
-  expect(problem.instance).toBeTruthy();
+  // The caller's id echoed, or one minted in its place; a response that did not come from `call` is
+  // held to the characters the edge echoes.
+  const sent = sentRequestIds.get(response);
+  if (sent === undefined) expect(problem.instance).toMatch(ECHOED_REQUEST_ID);
+  else if (sent !== null && ECHOED_REQUEST_ID.test(sent)) expect(problem.instance).toBe(sent);
+  else expect(problem.instance).toMatch(MINTED_REQUEST_ID);
   expect(problem.instance).toBe(response.headers.get("X-Request-Id"));
   return { ...JSON.parse(text), ...problem };
 }

@@ -27,12 +27,13 @@ describe("KeyCache", () => {
 
   it("evicts the least recently used entry when full", () => {
     const cache = new KeyCache({ ttlMs: 1000, maxEntries: 2 });
-    cache.set("a", principal("a"));
+    const a = principal("a");
+    cache.set("a", a);
     cache.set("b", principal("b"));
     cache.get("a");
     cache.set("c", principal("c"));
     expect(cache.get("b")).toBeUndefined();
-    expect(cache.get("a")).toBeDefined();
+    expect(cache.get("a")).toBe(a);
     expect(cache.size).toBe(2);
   });
 
