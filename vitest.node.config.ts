@@ -35,6 +35,8 @@ export function nodeProject(
         "test/sandboxes/**/*.test.ts",
       ],
       exclude: [...(options.exclude ?? []), "**/node_modules/**"],
+      // A test's own connections go to loopback only: the suite needs no network.
+      setupFiles: ["./test/support/loopback-only.ts"],
       // Generous: many tests start processes (an edge, the CLI), which a machine busy with other work slows down.
       testTimeout: 120_000,
       hookTimeout: 120_000,

@@ -79,7 +79,11 @@ async function presetFlags(ext: string, text: string): Promise<{ rule: string; s
   return result.messages.map((m) => ({ rule: m.ruleId, start: m.range[0], end: m.range[1] }));
 }
 
-async function judge(file: string, text: string, found: Redaction): Promise<Finding> {
+/**
+ * Whether a redaction in `file` removed a secret: its rule is one of the preset's, and that rule
+ * flags the lines it was found on, over the redacted range.
+ */
+export async function judge(file: string, text: string, found: Redaction): Promise<Finding> {
   const lineStart = text.lastIndexOf("\n", found.start - 1) + 1;
   const nextBreak = text.indexOf("\n", found.end);
   const lines = text.slice(lineStart, nextBreak < 0 ? text.length : nextBreak);
@@ -99,7 +103,31 @@ function walk(dir: string): string[] {
   });
 }
 
-/** Runs the device's redaction over every source file of `packages` and judges each redaction. */
+const refuseHeldOut = (name: string) => {
+  if (isHeldOut(name)) throw new Error(`${name} is held out (HELD-OUT.md): it may not be a fixture.`);
+};
+
+/**
+ * Runs the device's redaction over every source file of package `name` as unpacked in `dir`, and
+ * judges each redaction; adds to `into`.
+ */
+export async function measurePackage(
+  name: string,
+  dir: string,
+  into: Precision = { files: 0, findings: [] },
+): Promise<Precision> {
+  refuseHeldOut(name);
+  for (const path of walk(dir)) {
+    const file = `${name}/${relative(dir, path)}`;
+    if (!SOURCE.test(file) || isHeldOut(relative(dir, path)) || statSync(path).size > 1 << 20) continue;
+    const text = readFileSync(path, "utf8");
+    into.files++;
+    for (const found of await findSecrets(file, text)) into.findings.push(await judge(file, text, found));
+  }
+  return into;
+}
+
+/** Downloads `packages` (or takes them from the cache) and measures each with `measurePackage`. */
 export async function measurePrecision(
   packages: readonly PinnedPackage[],
   cacheDir = secretCorpusCacheDir(),
@@ -108,16 +136,10 @@ export async function measurePrecision(
   const work = await mkdtemp(join(tmpdir(), "sextant-secret-corpus-"));
   try {
     for (const pkg of packages) {
-      if (isHeldOut(pkg.name)) throw new Error(`${pkg.name} is held out (HELD-OUT.md): it may not be a fixture.`);
+      refuseHeldOut(pkg.name);
       const dest = join(work, pkg.name.replace("/", "+"));
       await extractTarball(await fetchTarball(pkg.name, pkg.version, cacheDir), dest);
-      for (const path of walk(dest)) {
-        const file = `${pkg.name}/${relative(dest, path)}`;
-        if (!SOURCE.test(file) || isHeldOut(relative(dest, path)) || statSync(path).size > 1 << 20) continue;
-        const text = readFileSync(path, "utf8");
-        out.files++;
-        for (const found of await findSecrets(file, text)) out.findings.push(await judge(file, text, found));
-      }
+      await measurePackage(pkg.name, dest, out);
     }
   } finally {
     await rm(work, { recursive: true, force: true });
