@@ -48,8 +48,11 @@ export interface SandboxHostOptions {
   driver: "bubblewrap" | "direct";
   /** Largest request body, in bytes (default 64 MiB). */
   maxBodyBytes?: number;
-  /** How long one second of a sandbox's idle time to live lasts, in ms (default 1000; tests shorten it). */
-  idleTtlScaleMs?: number;
+  /**
+   * The clock, in ms, a sandbox's idle time is measured on (default `Date.now`): a test that moves
+   * its own clock decides when a sandbox has been idle, however slowly its requests run.
+   */
+  clock?: () => number;
   /**
    * What the host holds at once, shared between tenants: sandboxes (default 256) and the disk their
    * limits reserve (default: the machine's memory where disks are tmpfs, else the root's free space).
@@ -108,7 +111,7 @@ let nextUid = FIRST_UID + (process.pid % 10_000) * 100;
 export async function startSandboxHost(options: SandboxHostOptions): Promise<SandboxHost> {
   const driver: SandboxDriver = DRIVERS[options.driver];
   const maxBody = options.maxBodyBytes ?? 64 * 2 ** 20;
-  const ttlScale = options.idleTtlScaleMs ?? 1000;
+  const clock = options.clock ?? Date.now;
   const sandboxes = new Map<string, Sandbox>();
   const creating = new Set<string>();
   const root = process.getuid?.() === 0;
@@ -143,13 +146,10 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     await rm(s.dir, { recursive: true, force: true });
   }
 
-  const sweeper = setInterval(
-    () => {
-      const now = Date.now();
-      for (const s of sandboxes.values()) if (now - s.lastUsed > s.idleTtlMs && s.running.size === 0) void destroy(s);
-    },
-    Math.min(1000, ttlScale),
-  );
+  const sweeper = setInterval(() => {
+    const now = clock();
+    for (const s of sandboxes.values()) if (now - s.lastUsed > s.idleTtlMs && s.running.size === 0) void destroy(s);
+  }, 1000);
   sweeper.unref();
 
   const info = async (s: Sandbox): Promise<SandboxInfo> => ({
@@ -164,7 +164,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
   const sandbox = (id: string): Sandbox => {
     const s = sandboxes.get(id);
     if (!s) throw new HttpError(404, "not_found", `No sandbox ${id}.`);
-    s.lastUsed = Date.now();
+    s.lastUsed = clock();
     return s;
   };
 
@@ -203,11 +203,11 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       fs: new TreeFs({ root: made.disk.tree, owner: root ? uid : undefined }),
       dataKey: randomBytes(32).toString("base64url"),
       limits: request.limits,
-      idleTtlMs: request.idleTtlSeconds * ttlScale,
+      idleTtlMs: request.idleTtlSeconds * 1000,
       uid,
       createdAt: new Date().toISOString(),
       commandSeconds: 0,
-      lastUsed: Date.now(),
+      lastUsed: clock(),
       running: new Map(),
       abort: new AbortController(),
       destroyed: false,
@@ -310,7 +310,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       return [200, { ...(await work), replayed: false }];
     } finally {
       s.running.delete(callId);
-      s.lastUsed = Date.now();
+      s.lastUsed = clock();
     }
   }
 
