@@ -21,6 +21,7 @@ import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { AgentScript, AgentScriptsBody, scriptedFormat, scriptedTokens, scriptedTurn } from "./agent-script.js";
 import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
+import { TokenSchedule } from "./token-schedule.js";
 
 const HOST = "127.0.0.1";
 const FINGERPRINT = "sextant-simulator";
@@ -138,6 +139,11 @@ export interface RequestRecord {
   headersAt?: number;
   firstTokenAt?: number;
   endedAt?: number;
+  /**
+   * A generation's delays as the server scheduled them, in ms, streamed or not: before its first
+   * token (or its end, when it has none) from when generation started, then before each next token.
+   */
+  tokenGapsMs?: number[];
   /** When the client's connection closed before the response ended. */
   abortedAt?: number;
   /**
@@ -780,7 +786,7 @@ class Backend implements SimulatedBackend {
       else return false;
       return true;
     };
-    let due = now();
+    const schedule = new TokenSchedule(now(), (record.tokenGapsMs = []));
     const gap = () => (drip ?? (emitted === 0 ? o.ttftMs : 1000 / o.tokensPerSecond)) * this.slowdown();
     const tick = () => {
       exchange.timer = undefined;
@@ -803,8 +809,8 @@ class Backend implements SimulatedBackend {
         }
         emitted++;
         if (next()) return;
-        due += gap();
-        const wait = Math.round(due - now());
+        schedule.next(gap());
+        const wait = Math.round(schedule.due - now());
         if (wait >= 1) {
           exchange.timer = setTimeout(tick, wait);
           return;
@@ -832,8 +838,8 @@ class Backend implements SimulatedBackend {
       record.status = 200;
     }
     if (tokens > 0 && (emitted === stallAt || emitted === breakAt || emitted === errorAt)) return void next();
-    due += gap();
-    exchange.timer = setTimeout(tokens === 0 ? () => next() : tick, Math.max(1, Math.round(due - now())));
+    schedule.next(gap());
+    exchange.timer = setTimeout(tokens === 0 ? () => next() : tick, Math.max(1, Math.round(schedule.due - now())));
   }
 
   private json(exchange: Exchange, status: number, body: unknown, outcome?: Outcome, raw?: string) {

@@ -566,20 +566,27 @@ describe("faults", () => {
   });
 
   it("drips tokens at the configured interval", async () => {
-    await sim.backend("faulty").configure({ fault: { type: "slowDrip", intervalMs: 80 } });
-    const stream = await client("faulty").completions.create({
-      model: "sim-model",
-      prompt: "a",
-      max_tokens: 3,
-      stream: true,
-    });
-    const started = now();
-    const arrivals: number[] = [];
-    for await (const chunk of stream) if (chunk.choices[0]?.text) arrivals.push(now() - started);
-    expect(arrivals).toHaveLength(3);
-    const gaps = arrivals.map((t, i) => t - (arrivals[i - 1] ?? 0));
-    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(60);
-    expect(arrivals[2]).toBeGreaterThanOrEqual(230);
+    const backend = sim.backend("faulty");
+    const ask = async () => {
+      const stream = await client("faulty").completions.create({
+        model: "sim-model",
+        prompt: "a",
+        max_tokens: 3,
+        stream: true,
+      });
+      const texts: string[] = [];
+      for await (const chunk of stream) if (chunk.choices[0]?.text) texts.push(chunk.choices[0].text);
+      expect(texts).toEqual(["sim0 ", "sim1 ", "sim2 "]);
+      const record = await settled("faulty");
+      backend.clear();
+      expect(record.outcome).toBe("completed");
+      return record.tokenGapsMs;
+    };
+    // What the server scheduled is asserted, not when the tokens reached this process: on a busy
+    // machine those gaps are stretched or squeezed by whatever else runs.
+    expect(await ask()).toEqual([5, 1, 1]);
+    await backend.configure({ fault: { type: "slowDrip", intervalMs: 80 } });
+    expect(await ask()).toEqual([80, 80, 80]);
   });
 
   it("fails /health while unhealthy but still serves requests", async () => {
