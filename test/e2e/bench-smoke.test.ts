@@ -43,10 +43,17 @@ describe("benchmarks (smoke)", () => {
   }, 180_000);
 
   it("scan measures cold and warm scans against git", async () => {
-    const figures = await runScanBench(2000, { cold: 1, warm: 2 });
+    const figures = await runScanBench(2000, { cold: 2, warm: 2 });
     expect(figures.files).toBe(2001);
     expect(figures.warmMs).toBeGreaterThan(0);
-    expect(reportScan(figures)).toContain("git status");
+    expect(figures.gitHashMs).toBeGreaterThan(0);
+    const printed = reportScan(figures);
+    // The cold baseline reads and hashes as the scan does, and writes nothing.
+    expect(printed).toMatch(/cold: sextant [\d.]+ ms +git hash-object --stdin-paths [\d.]+ ms +ratio [\d.]+x/);
+    expect(printed).toMatch(/warm: sextant [\d.]+ ms +git status \(untracked cache\) +[\d.]+ ms +ratio [\d.]+x/);
+    expect(printed).toMatch(
+      /settings: 2,001 files of 100 to 2,000 bytes, 2 cold and 2 warm runs each side, alternating with git/,
+    );
   }, 180_000);
 
   it("sync-cost measures round trips and bytes for each change count and the flat baseline", async () => {
