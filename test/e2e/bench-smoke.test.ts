@@ -6,7 +6,7 @@ import { reportEditSearchable, runEditSearchable } from "../../bench/edit-search
 import { reportEmbedderColdStart, runEmbedderColdStart } from "../../bench/embedder-coldstart.js";
 import { reportCliStartup, runCliStartup } from "../../bench/cli-startup.js";
 import { gcPauses, reportPauses, unattributed } from "../../bench/gateway-pauses.js";
-import { reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
+import { busyMs, reportThroughput, runIndexThroughput } from "../../bench/index-throughput.js";
 import { reportPiecesRecall, runPiecesRecall } from "../../bench/pieces-recall.js";
 import { reportLimitsOverhead, runLimitsOverhead } from "../../bench/limits-overhead.js";
 import { reportScan, runScanBench } from "../../bench/scan.js";
@@ -77,8 +77,31 @@ describe("benchmarks (smoke)", () => {
     expect(figures.requestMs).toBeGreaterThan(figures.objectMs);
     expect(figures.wallMs).toBeGreaterThan(figures.requestMs);
     expect(figures.deviceRunsMs).toHaveLength(3);
-    expect(reportThroughput(figures)).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
+    // Overlapping requests count once in the edge's time, and at most as much as their durations added up.
+    expect(figures.requestMs).toBeLessThanOrEqual(figures.requestSumMs);
+    expect(figures.objectMs).toBeLessThanOrEqual(figures.objectSumMs);
+    const printed = reportThroughput(figures);
+    expect(printed).toMatch(/[\d,]+ chunks\/s, [\d,]+ files\/s/);
+    expect(printed).toMatch(
+      /a request to the edge in flight: [\d.]+ s \(\d+%\), the Workspace object at work: [\d.]+ s/,
+    );
+    expect(printed).toMatch(
+      /settings: 121-file generated source tree .*1 index run into new workspaces, .*built-in embedder \(sextant-[\w.+-]+\), sync protocol \d/,
+    );
   }, 180_000);
+
+  it("index-throughput counts the edge's time once where requests overlap", () => {
+    expect(busyMs([])).toBe(0);
+    expect(
+      busyMs([
+        [20, 30],
+        [0, 10],
+        [5, 15],
+        [2, 3],
+        [30, 31],
+      ]),
+    ).toBe(26);
+  });
 
   it("embedder-coldstart times a fresh workerd to the first chunk, pieces included, beside the lexical embedder", async () => {
     const figures = await runEmbedderColdStart(1, 20);
