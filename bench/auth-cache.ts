@@ -1,6 +1,11 @@
 /**
- * What the per-isolate key cache saves on an authenticated request, against the same edge with the
- * cache off (KEY_CACHE_TTL_SECONDS=0: one D1 query per request), measured in the same run.
+ * What the per-isolate key cache saves on an authenticated request, against an edge with the cache
+ * off (KEY_CACHE_TTL_SECONDS=0: one D1 query per request), and the unauthenticated floor. The two
+ * edges run side by side and the three cases take turns in rounds of `block` sequential requests
+ * each, the order rotating, so that whatever else the machine does meanwhile falls on each case
+ * alike. Within a turn the requests follow each other at once, as they did when the cases ran one
+ * after the other; alternating request by request instead would make every request wake an edge
+ * that the other case's request had left idle, and time that wake-up as much as the request.
  *
  *   npx tsx bench/auth-cache.ts            # 2,000 sequential requests per case
  *   BENCH_REQUESTS=200 npx tsx bench/auth-cache.ts
@@ -9,8 +14,7 @@
  * saving there is larger than what this measures.
  */
 import { pathToFileURL } from "node:url";
-import { readJsonFile, LocalEdge, localEdgePath } from "../client/cli/credentials.js";
-import { startLocalEdge } from "../test/support/local-edge.js";
+import { savedLocalEdge, startLocalEdge, type LocalEdge } from "../test/support/local-edge.js";
 
 export interface Figures {
   p50: number;
@@ -18,64 +22,87 @@ export interface Figures {
   mean: number;
 }
 
-async function measure(url: string, headers: Record<string, string>, requests: number): Promise<Figures> {
-  for (let i = 0; i < Math.min(50, requests); i++) await (await fetch(url, { headers })).arrayBuffer();
-  const times: number[] = [];
-  for (let i = 0; i < requests; i++) {
-    const started = performance.now();
-    const response = await fetch(url, { headers });
-    await response.arrayBuffer();
-    if (!response.ok) throw new Error(`${url} answered ${response.status}`);
-    times.push(performance.now() - started);
-  }
-  times.sort((a, b) => a - b);
-  const at = (q: number) => times[Math.min(times.length - 1, Math.floor(q * times.length))]!;
-  return { p50: at(0.5), p99: at(0.99), mean: times.reduce((a, b) => a + b, 0) / times.length };
+export const CASES = ["GET /healthz (no auth)", "GET /v1/me, key cache on", "GET /v1/me, key cache off"] as const;
+export type CaseName = (typeof CASES)[number];
+
+export interface AuthCacheResult {
+  requests: number;
+  /** Sequential requests in each case's turn. */
+  block: number;
+  warmup: number;
+  /** The cases in the order their timed turns ran. */
+  order: CaseName[];
+  cases: Record<CaseName, Figures>;
 }
 
-export async function runAuthCacheBench(requests: number): Promise<Record<string, Figures>> {
-  const results: Record<string, Figures> = {};
-  let edge = await startLocalEdge();
+const WARMUP = 50;
+
+async function call(url: string, headers: Record<string, string>): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(url, { headers });
+  await response.arrayBuffer();
+  if (!response.ok) throw new Error(`${url} answered ${response.status}`);
+  return performance.now() - started;
+}
+
+function figures(times: number[]): Figures {
+  const sorted = [...times].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+  return { p50: at(0.5), p99: at(0.99), mean: sorted.reduce((a, b) => a + b, 0) / sorted.length };
+}
+
+export async function runAuthCacheBench(requests: number, block = 50): Promise<AuthCacheResult> {
+  const edges: LocalEdge[] = [];
   try {
-    process.env.SEXTANT_CONFIG_DIR = edge.configDir;
-    const local = await readJsonFile(localEdgePath(), LocalEdge);
-    if (!local) throw new Error("npm start did not register a development key");
-    const auth = { Authorization: `Bearer ${local.apiKey}` };
-    results["GET /healthz (no auth)"] = await measure(`${edge.baseURL}/healthz`, {}, requests);
-    results["GET /v1/me, key cache on"] = await measure(`${edge.baseURL}/v1/me`, auth, requests);
-    const port = Number(new URL(edge.baseURL).port);
-    await edge.stop();
-    edge = await startLocalEdge({
-      port,
-      configDir: edge.configDir,
-      persistTo: edge.persistTo,
-      vars: { KEY_CACHE_TTL_SECONDS: "0" },
-    });
-    results["GET /v1/me, key cache off"] = await measure(`${edge.baseURL}/v1/me`, auth, requests);
+    const on = await startLocalEdge();
+    edges.push(on);
+    const off = await startLocalEdge({ vars: { KEY_CACHE_TTL_SECONDS: "0" } });
+    edges.push(off);
+    const auth = (edge: LocalEdge) => ({ Authorization: `Bearer ${savedLocalEdge(edge).apiKey}` });
+    const targets: Record<CaseName, [string, Record<string, string>]> = {
+      "GET /healthz (no auth)": [`${on.baseURL}/healthz`, {}],
+      "GET /v1/me, key cache on": [`${on.baseURL}/v1/me`, auth(on)],
+      "GET /v1/me, key cache off": [`${off.baseURL}/v1/me`, auth(off)],
+    };
+    const times = Object.fromEntries(CASES.map((c) => [c, [] as number[]])) as Record<CaseName, number[]>;
+    const order: CaseName[] = [];
+    const warmup = Math.min(WARMUP, requests);
+    for (const name of CASES) for (let i = 0; i < warmup; i++) await call(...targets[name]);
+    for (let round = 0; round * block < requests; round++) {
+      const n = Math.min(block, requests - round * block);
+      for (let k = 0; k < CASES.length; k++) {
+        const name = CASES[(round + k) % CASES.length]!;
+        order.push(name);
+        for (let i = 0; i < n; i++) times[name].push(await call(...targets[name]));
+      }
+    }
+    const cases = Object.fromEntries(CASES.map((c) => [c, figures(times[c])])) as Record<CaseName, Figures>;
+    return { requests, block, warmup, order, cases };
   } finally {
-    await edge.stop();
+    await Promise.all(edges.map((e) => e.stop()));
   }
-  return results;
 }
 
-export function report(results: Record<string, Figures>): string {
-  const lines = ["case                           p50 ms   p99 ms  mean ms"];
-  for (const [name, f] of Object.entries(results)) {
+export function report(r: AuthCacheResult): string {
+  const lines = [
+    `auth-cache: ${r.requests} sequential requests per case after ${r.warmup} untimed, the three cases taking turns of ${r.block} requests (order rotating each round), against two local edges run side by side, one with the key cache as configured and one with KEY_CACHE_TTL_SECONDS=0`,
+    "case                           p50 ms   p99 ms  mean ms",
+  ];
+  for (const [name, f] of Object.entries(r.cases)) {
     lines.push(
       `${name.padEnd(30)} ${f.p50.toFixed(2).padStart(7)} ${f.p99.toFixed(2).padStart(8)} ${f.mean.toFixed(2).padStart(8)}`,
     );
   }
-  const on = results["GET /v1/me, key cache on"];
-  const off = results["GET /v1/me, key cache off"];
-  if (on && off)
-    lines.push(
-      `cache off / cache on, p50: ${(off.p50 / on.p50).toFixed(2)}x; mean: ${(off.mean / on.mean).toFixed(2)}x`,
-    );
+  const on = r.cases["GET /v1/me, key cache on"];
+  const off = r.cases["GET /v1/me, key cache off"];
+  const floor = r.cases["GET /healthz (no auth)"];
+  lines.push(
+    `cache off / cache on, p50: ${(off.p50 / on.p50).toFixed(2)}x; mean: ${(off.mean / on.mean).toFixed(2)}x`,
+    `cache on / no auth, p50: ${(on.p50 / floor.p50).toFixed(2)}x; mean: ${(on.mean / floor.mean).toFixed(2)}x`,
+  );
   return lines.join("\n");
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
-  const requests = Number(process.env.BENCH_REQUESTS ?? 2000);
-  console.log(`auth-cache: ${requests} sequential requests per case against the local edge\n`);
-  console.log(report(await runAuthCacheBench(requests)));
+  console.log(report(await runAuthCacheBench(Number(process.env.BENCH_REQUESTS ?? 2000))));
 }

@@ -32,14 +32,23 @@ describe("benchmarks (smoke)", () => {
     );
   }, 180_000);
 
-  it("auth-cache measures every case and reports the ratio", async () => {
-    const results = await runAuthCacheBench(20);
-    expect(Object.keys(results)).toHaveLength(3);
-    for (const figures of Object.values(results)) {
+  it("auth-cache measures every case, the cases taking turns, and reports its settings and the ratio", async () => {
+    const result = await runAuthCacheBench(20, 5);
+    expect(Object.keys(result.cases)).toHaveLength(3);
+    for (const figures of Object.values(result.cases)) {
       expect(figures.p50).toBeGreaterThan(0);
       expect(figures.p99).toBeGreaterThanOrEqual(figures.p50);
     }
-    expect(report(results)).toContain("cache off / cache on");
+    // Interleaved: each round of three turns holds every case once, and no case always goes first.
+    expect(result.order).toHaveLength(12);
+    for (let i = 0; i < result.order.length; i += 3) expect(new Set(result.order.slice(i, i + 3)).size).toBe(3);
+    expect(new Set([0, 3, 6].map((i) => result.order[i])).size).toBe(3);
+    const text = report(result);
+    expect(text).toMatch(
+      /^auth-cache: 20 sequential requests per case after 20 untimed, the three cases taking turns of 5 requests/,
+    );
+    expect(text).toContain("KEY_CACHE_TTL_SECONDS=0");
+    expect(text).toMatch(/cache off \/ cache on, p50: [\d.]+x; mean: [\d.]+x/);
   }, 180_000);
 
   it("scan measures cold and warm scans against git", async () => {
