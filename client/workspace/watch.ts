@@ -17,6 +17,9 @@ export interface WatchOptions {
   includeGenerated?: boolean;
 }
 
+/** `sextant watch --debounce`'s default: long enough to fold an editor's save burst into one sync. */
+export const DEFAULT_DEBOUNCE_MS = 200;
+
 const NEVER_WATCHED = /(^|\/)(\.git|node_modules)(\/|$)/;
 
 /**
@@ -25,7 +28,7 @@ const NEVER_WATCHED = /(^|\/)(\.git|node_modules)(\/|$)/;
  * the network gone) is retried with backoff, and the edits made meanwhile are caught up then.
  */
 export async function watchWorkspace(sextant: Sextant, ws: OpenWorkspace, options: WatchOptions = {}): Promise<void> {
-  const debounceMs = options.debounceMs ?? 200;
+  const debounceMs = options.debounceMs ?? DEFAULT_DEBOUNCE_MS;
   const reconcileMs = options.reconcileMs ?? 10 * 60_000;
   const root = ws.entry.root;
   let timer: NodeJS.Timeout | undefined;

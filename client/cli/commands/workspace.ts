@@ -8,7 +8,7 @@ import { scopeWithin, searchWorkspace } from "../../workspace/search.js";
 import { indexWorkspace, openWorkspace, scanLocal } from "../../workspace/session.js";
 import { StatPrefetch } from "../../workspace/prefetch.js";
 import { pendingChanges, type Reembed } from "../../workspace/sync.js";
-import { watchWorkspace } from "../../workspace/watch.js";
+import { DEFAULT_DEBOUNCE_MS, watchWorkspace } from "../../workspace/watch.js";
 import {
   exportToken,
   parseToken,
@@ -218,7 +218,7 @@ export function workspaceCommands(program: Command): void {
     .command("watch")
     .description("Keep a directory indexed: sync on every change, reconcile periodically, ride out edge outages")
     .argument("[dir]", "the workspace root", ".")
-    .option("--debounce <ms>", "quiet time before a sync", "200")
+    .option("--debounce <ms>", "quiet time before a sync", String(DEFAULT_DEBOUNCE_MS))
     .option("--reconcile <seconds>", "full reconcile interval", "600")
     .option("--include-generated", "index source maps, minified bundles and files of overlong lines too")
     .action(
