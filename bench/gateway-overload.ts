@@ -5,7 +5,11 @@
  * background`) are added on top: (a) tab alone, the unloaded baseline; (b) 1x, C offered in all
  * (tab C/2, apply C/4, background C/4); (c) 2x, 2C offered (tab C/2, apply 3C/4, background 3C/4).
  *
- *   npx tsx bench/gateway-overload.ts        # C = 16, 20 s per scenario, four scenarios
+ *   npx tsx bench/gateway-overload.ts        # C = 16, 20 s per scenario, four scenarios, 4 rounds
+ *
+ * The scenarios take turns: each round runs every scenario for its share of the time, in order in
+ * even rounds and the other way round in odd ones, so that whatever else the machine does meanwhile
+ * falls on the baseline (tab alone) and the overloads alike.
  *
  * A shed apply or background client waits what the answer's Retry-After says, as the SDKs do; a
  * fourth scenario repeats 2x with clients that retry 100 ms after a shed, ignoring it. Tab's time
@@ -33,8 +37,10 @@ import { fmt } from "./stats.js";
 export interface OverloadOptions {
   /** The endpoint's capacity C (the simulator's too). Default 16. */
   capacity?: number;
-  /** Per scenario. Default 20 s. */
+  /** Per scenario, over all rounds. Default 20 s. */
   durationMs?: number;
+  /** Rounds each scenario's time is split into. Default 4. */
+  rounds?: number;
   gateway?: BenchGateway;
 }
 
@@ -125,6 +131,9 @@ export interface OverloadScenario {
 export interface OverloadFigures {
   capacity: number;
   durationMs: number;
+  rounds: number;
+  /** The scenarios' names in the order their turns ran. */
+  order: string[];
   requestMs: number;
   scenarios: OverloadScenario[];
 }
@@ -153,17 +162,35 @@ function tally(figures: ClassFigures, err: unknown, backoff: Backoff): number {
 
 const split = (values: number[]): Split => ({ p50: quantileOf(values, 0.5), p95: quantileOf(values, 0.95) });
 
-async function scenario(
+/** What one scenario's turns have measured so far. */
+interface Tally {
+  tab: ClassFigures;
+  apply: ClassFigures;
+  background: ClassFigures;
+  /** Tab's whole answers by request id. */
+  ttfts: Map<string, { startedAt: number; ttftMs: number }>;
+  /** Most requests the backend had in flight at once in any of the scenario's turns. */
+  peak: number;
+}
+
+function tallyFor(c: number, { apply, background }: (typeof SCENARIOS)[number]): Tally {
+  return {
+    tab: counts(Math.max(1, Math.round(c / 2))),
+    apply: counts(Math.round(c * apply)),
+    background: counts(Math.round(c * background)),
+    ttfts: new Map(),
+    peak: 0,
+  };
+}
+
+/** One turn of a scenario, `durationMs` long, added to its tally. */
+async function turn(
   gw: BenchGateway,
-  c: number,
   durationMs: number,
-  { name, apply: applyShare, background: backgroundShare, backoff }: (typeof SCENARIOS)[number],
-): Promise<OverloadScenario> {
-  const tabClients = Math.max(1, Math.round(c / 2));
-  const tab: ClassFigures = counts(tabClients);
-  const apply = counts(Math.round(c * applyShare));
-  const background = counts(Math.round(c * backgroundShare));
-  const ttfts = new Map<string, { startedAt: number; ttftMs: number }>();
+  { name, backoff }: (typeof SCENARIOS)[number],
+  t: Tally,
+): Promise<void> {
+  const { tab, apply, background, ttfts } = t;
   const prefix = `overload-${name.replace(/\W+/g, "-")}-${Date.now()}`;
   const client = gw.openai({ timeout: 30_000 });
   const lowered = gw.openai({ timeout: 30_000, defaultHeaders: { "X-Sextant-Priority": "background" } });
@@ -180,7 +207,7 @@ async function scenario(
     }
   };
   await Promise.all([
-    closedLoop(tabClients, running, async () => {
+    closedLoop(tab.clients, running, async () => {
       const id = `${prefix}-${tab.requests++}`;
       const r = await streamCompletion(
         client,
@@ -208,41 +235,62 @@ async function scenario(
       ),
     ),
   ]);
+  t.peak = Math.max(t.peak, await gw.backends.peak(BACKEND));
+}
+
+/** A scenario's figures from its tally, tab's time to first token split by the simulator's records. */
+function summary(
+  c: number,
+  { name, backoff }: (typeof SCENARIOS)[number],
+  t: Tally,
+  records: Awaited<ReturnType<BenchGateway["backends"]["records"]>>,
+): OverloadScenario {
   const parts = { toBackend: [] as number[], backend: [] as number[], back: [] as number[] };
-  for (const record of await gw.backends.records(BACKEND)) {
-    const t = ttfts.get(record.requestId);
-    if (!t || record.firstTokenAt === undefined) continue;
-    parts.toBackend.push(record.receivedAt - t.startedAt);
+  for (const record of records) {
+    const r = t.ttfts.get(record.requestId);
+    if (!r || record.firstTokenAt === undefined) continue;
+    parts.toBackend.push(record.receivedAt - r.startedAt);
     parts.backend.push(record.firstTokenAt - record.receivedAt);
-    parts.back.push(t.startedAt + t.ttftMs - record.firstTokenAt);
+    parts.back.push(r.startedAt + r.ttftMs - record.firstTokenAt);
   }
   return {
     name,
     backoff,
-    offered: (tab.clients + apply.clients + background.clients) / c,
+    offered: (t.tab.clients + t.apply.clients + t.background.clients) / c,
     tab: {
-      ...tab,
-      ttft: split([...ttfts.values()].map((t) => t.ttftMs)),
+      ...t.tab,
+      ttft: split([...t.ttfts.values()].map((r) => r.ttftMs)),
       toBackend: split(parts.toBackend),
       backend: split(parts.backend),
       back: split(parts.back),
     },
-    apply,
-    background,
-    peak: await gw.backends.peak(BACKEND),
+    apply: t.apply,
+    background: t.background,
+    peak: t.peak,
   };
 }
 
 export async function runOverload(options: OverloadOptions = {}): Promise<OverloadFigures> {
   const c = options.capacity ?? 16;
   const durationMs = options.durationMs ?? 20_000;
+  const rounds = options.rounds ?? 4;
+  if (!(Number.isInteger(rounds) && rounds >= 1)) throw new RangeError(`rounds: ${rounds}`);
   return withGateway(overloadPart({ capacity: c }), options, async (gw) => {
     // Warm the edge's key cache, the health snapshot and the connections.
-    await scenario(gw, c, 1_000, SCENARIOS[0]!);
-    const scenarios: OverloadScenario[] = [];
-    for (const s of SCENARIOS) scenarios.push(await scenario(gw, c, durationMs, s));
+    await turn(gw, 1_000, SCENARIOS[0]!, tallyFor(c, SCENARIOS[0]!));
+    const tallies = SCENARIOS.map((s) => tallyFor(c, s));
+    const order: string[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const indices = SCENARIOS.map((_, i) => (round % 2 === 0 ? i : SCENARIOS.length - 1 - i));
+      for (const i of indices) {
+        order.push(SCENARIOS[i]!.name);
+        await turn(gw, durationMs / rounds, SCENARIOS[i]!, tallies[i]!);
+      }
+    }
+    const records = await gw.backends.records(BACKEND);
+    const scenarios = SCENARIOS.map((s, i) => summary(c, s, tallies[i]!, records));
     const requestMs = TTFT_MS + ((TOKENS - 1) * 1000) / 100;
-    return { capacity: c, durationMs, requestMs, scenarios };
+    return { capacity: c, durationMs, rounds, order, requestMs, scenarios };
   });
 }
 
@@ -253,7 +301,7 @@ export function reportOverload(f: OverloadFigures): string {
   const lower = (x: ClassFigures) =>
     `${String(x.clients).padStart(2)} clients: ${x.ok} ok, ${x.shed} shed (${x.shedWithRetryAfter} with Retry-After), ${x.failed} failed`;
   const lines = [
-    `gateway overload: one simulated endpoint of capacity C = ${f.capacity} (a request takes ~${f.requestMs} ms unloaded), tab at C/2 closed-loop clients throughout, ${f.durationMs / 1000} s per scenario; shed apply/background clients wait the answer's Retry-After, except in "2x, 100 ms" (a fixed 100 ms)`,
+    `gateway overload: one simulated endpoint of capacity C = ${f.capacity} (a request takes ~${f.requestMs} ms unloaded), tab at C/2 closed-loop clients throughout, ${f.durationMs / 1000} s per scenario in ${f.rounds} round${f.rounds === 1 ? "" : "s"} of ${+(f.durationMs / f.rounds / 1000).toFixed(2)} s, the scenarios taking turns in each (in order in even rounds, the other way round in odd ones); shed apply/background clients wait the answer's Retry-After, except in "2x, 100 ms" (a fixed 100 ms)`,
     "tab ttft, ms p50 / p95, and its parts: to the backend (edge admission, queue, work), the backend's own, back to the client",
     "scenario   offered | requests  success |  ttft p50/p95  vs unloaded p95 | to backend    backend       back      | peak in flight",
   ];
