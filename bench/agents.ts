@@ -10,10 +10,13 @@
  * - parallel reads: a turn of four `grep`s over 2,000 files against the slowest of the same four run
  *   one per turn (target: at most 1.3x);
  * - wall time: how long after its deadline a task whose command outlives it ends (target: within 1 s);
- * - flood: tab completions' p95 time to first token alone, then with `flood` agent tasks running at
- *   once on the same simulated endpoints in the `background` class (target: at most 1.2x).
+ * - flood: tab completions' p95 time to first token alone and with `flood` agent tasks running at
+ *   once on the same simulated endpoints in the `background` class (target: at most 1.2x). The two
+ *   take turns in rounds (alone then beside agents, then the other way round), so that whatever else
+ *   the machine does meanwhile falls on both alike; each turn beside agents starts fresh tasks, is
+ *   timed once every one has taken a turn, and ends them all before tab runs alone again.
  *
- *   npx tsx bench/agents.ts     # BENCH_AGENT_STARTS=50 BENCH_AGENT_TURNS=200 BENCH_AGENT_FLOOD=32 BENCH_FLOOD_SECONDS=20
+ *   npx tsx bench/agents.ts     # BENCH_AGENT_STARTS=50 BENCH_AGENT_TURNS=200 BENCH_AGENT_FLOOD=32 BENCH_FLOOD_SECONDS=20 BENCH_FLOOD_ROUNDS=4
  *   BENCH_YIELD=compare npx tsx bench/agents.ts   # the flood alone, background yield off then on (or BENCH_YIELD=off|on)
  *   BENCH_YIELD=on BENCH_YIELD_CONFIG='{"lagMs":1}' npx tsx bench/agents.ts   # the yield's settings for that run
  */
@@ -21,7 +24,7 @@ import { pathToFileURL } from "node:url";
 import OpenAI from "openai";
 import type { AgentScript } from "../gpu-backends/simulator/agent-script.js";
 import type { Sextant } from "../client/sdk/client.js";
-import type { TaskEvent, TaskLimits } from "../protocol/agents/task.js";
+import { isTerminal, type TaskEvent, type TaskLimits } from "../protocol/agents/task.js";
 import { LOCAL_MODELS } from "../scripts/local-gateway.js";
 import { setAgentScripts, startAgentStack, taskEnded, taskEvents } from "../test/support/agent-stack.js";
 import { processCpuSeconds, savedLocalEdge } from "../test/support/local-edge.js";
@@ -34,7 +37,10 @@ export interface AgentBenchOptions {
   starts?: number;
   turns?: number;
   flood?: number;
+  /** Tab's time alone, and again beside the agent tasks, over all rounds. */
   floodSeconds?: number;
+  /** Rounds the flood's time is split into, each with a turn alone and a turn beside the agents. */
+  floodRounds?: number;
   /**
    * The sandbox host and each simulated backend in a process of its own (`bench/agent-processes.ts`),
    * rather than inside `npm start`'s process; `BENCH_AGENT_PROCESSES=separate`.
@@ -52,6 +58,14 @@ export interface AgentBenchOptions {
 
 export interface AgentBenchResult {
   driver: string;
+  settings: {
+    starts: number;
+    turns: number;
+    flood: number;
+    floodSeconds: number;
+    floodRounds: number;
+    tabClients: number;
+  };
   /** The sandbox host and the simulated backends ran in processes of their own. */
   separateProcesses: boolean;
   yieldConfig?: Partial<YieldConfig> | undefined;
@@ -61,14 +75,26 @@ export interface AgentBenchResult {
   tab: {
     aloneTtftMs: number[];
     floodedTtftMs: number[];
+    aloneErrors: number;
     floodedErrors: number;
+    /** The phases in the order they ran, one per round and side. */
+    phases: TabPhase[];
+    /** Each phase's own figures, in the same order. */
+    byPhase: { phase: TabPhase; requests: number; p95: number; edgeCores?: number | undefined }[];
+    /** Turns the agent tasks took while tab ran beside them. */
     agentTurns: number;
-    /** The edge's workerd process's CPU seconds per second during the flood; undefined without /proc. */
+    /** The edge's workerd process's CPU seconds per second, tab alone and beside the agents; undefined without /proc. */
+    edgeCoresAlone?: number | undefined;
     edgeCores?: number | undefined;
   };
   /** How long after its wall-time deadline each task over it had ended. */
   pastDeadlineMs: number[];
 }
+
+export type TabPhase = "alone" | "beside agents";
+
+/** Tab's closed-loop clients. */
+const TAB_CLIENTS = 8;
 
 const GREPS = ["alpha", "beta", "gamma", "delta"].map((w) => ({ name: "grep", arguments: { pattern: `${w}[0-9]+x` } }));
 /** 2,000 files of 200 lines each, made in the sandbox by its first command. */
@@ -155,7 +181,10 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
   const starts = options.starts ?? 50;
   const turns = options.turns ?? 200;
   const flood = options.flood ?? 32;
-  const floodMs = (options.floodSeconds ?? 20) * 1000;
+  const floodSeconds = options.floodSeconds ?? 20;
+  const floodRounds = options.floodRounds ?? 4;
+  if (!(Number.isInteger(floodRounds) && floodRounds >= 1)) throw new RangeError(`floodRounds: ${floodRounds}`);
+  const roundMs = (floodSeconds * 1000) / floodRounds;
   const { yieldConfig } = options;
   if (yieldConfig && !options.separateProcesses)
     throw new Error(
@@ -231,7 +260,7 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
       let errors = 0;
       const until = Date.now() + ms;
       await closedLoop(
-        8,
+        TAB_CLIENTS,
         () => Date.now() < until,
         async () => {
           const r = await streamCompletion(openai, {
@@ -245,32 +274,101 @@ export async function runAgentBench(options: AgentBenchOptions = {}): Promise<Ag
       );
       return { ttft, errors };
     };
-    const alone0 = await tab(floodMs);
-    const ids = await Promise.all(Array.from({ length: flood }, () => startNow("Go (agent bench flood)")));
-    // How busy the edge's runtime was: its CPU seconds per second over the flood (1.0 is one core).
+    // The edge's workerd process's CPU seconds so far; undefined without /proc.
     const workerd = stack.edge.workerdPid();
-    const cpuBefore = workerd === undefined ? undefined : processCpuSeconds(workerd);
-    const floodStarted = performance.now();
-    const flooded = await tab(floodMs);
-    const cpuAfter = workerd === undefined ? undefined : processCpuSeconds(workerd);
-    const edgeCores =
-      cpuBefore === undefined || cpuAfter === undefined
-        ? undefined
-        : (cpuAfter - cpuBefore) / ((performance.now() - floodStarted) / 1000);
-    const agentTurns = await Promise.all(ids.map(async (id) => (await sdk.agents.cancel(id)).usage.turns));
+    const edgeCpu = () => (workerd === undefined ? undefined : processCpuSeconds(workerd));
+    const side = () => ({ ttft: [] as number[], errors: 0, cpuSeconds: 0 as number | undefined, ms: 0 });
+    const sides: Record<TabPhase, ReturnType<typeof side>> = { alone: side(), "beside agents": side() };
+    const byPhase: AgentBenchResult["tab"]["byPhase"] = [];
+    const timedTab = async (phase: TabPhase) => {
+      const into = sides[phase];
+      const cpuBefore = edgeCpu();
+      const started = performance.now();
+      const t = await tab(roundMs);
+      const cpuAfter = edgeCpu();
+      const ms = performance.now() - started;
+      into.ms += ms;
+      into.cpuSeconds =
+        into.cpuSeconds === undefined || cpuBefore === undefined || cpuAfter === undefined
+          ? undefined
+          : into.cpuSeconds + cpuAfter - cpuBefore;
+      into.ttft.push(...t.ttft);
+      into.errors += t.errors;
+      byPhase.push({
+        phase,
+        requests: t.ttft.length,
+        p95: t.ttft.length ? quantile(t.ttft, 0.95) : Number.NaN,
+        edgeCores: cpuBefore === undefined || cpuAfter === undefined ? undefined : (cpuAfter - cpuBefore) / (ms / 1000),
+      });
+    };
+    /** The tasks' turns so far, once every one of them has taken its first. */
+    const turnsOnceRunning = async (ids: string[]) => {
+      const until = Date.now() + 120_000;
+      for (;;) {
+        const tasks = await Promise.all(ids.map((id) => sdk.agents.get(id)));
+        if (tasks.every((t) => t.usage.turns >= 1)) return tasks.reduce((n, t) => n + t.usage.turns, 0);
+        if (Date.now() > until) throw new Error("the flood's agent tasks took no turn within 120 s");
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    /**
+     * Cancels the tasks and waits until every one has stayed ended for half a second; their turns.
+     * A cancel that meets a turn of the task's in flight can be undone by that turn, and a task left
+     * running would load the next round's tab alone.
+     */
+    const cancelled = async (ids: string[]) => {
+      const until = Date.now() + 120_000;
+      let live = ids;
+      for (let quiet = 0; ; ) {
+        await Promise.all(live.map((id) => sdk.agents.cancel(id)));
+        await new Promise((r) => setTimeout(r, 250));
+        const tasks = await Promise.all(ids.map((id) => sdk.agents.get(id)));
+        live = tasks.filter((t) => !isTerminal(t.status)).map((t) => t.id);
+        quiet = live.length === 0 ? quiet + 1 : 0;
+        if (quiet === 2) return tasks.reduce((n, t) => n + t.usage.turns, 0);
+        if (Date.now() > until)
+          throw new Error(`${live.length} of the flood's agent tasks still run 120 s after a cancel`);
+      }
+    };
+    const phases: TabPhase[] = [];
+    let agentTurns = 0;
+    for (let round = 0; round < floodRounds; round++) {
+      // Alone first in even rounds, beside agents first in odd ones: a drift favours neither side.
+      const order: TabPhase[] = round % 2 === 0 ? ["alone", "beside agents"] : ["beside agents", "alone"];
+      for (const phase of order) {
+        phases.push(phase);
+        if (phase === "alone") {
+          await timedTab(phase);
+          continue;
+        }
+        const ids = await Promise.all(Array.from({ length: flood }, () => startNow("Go (agent bench flood)")));
+        // Timed once every task runs: otherwise the more rounds, the more of the tasks' starts the
+        // timed time would hold.
+        const before = await turnsOnceRunning(ids);
+        await timedTab(phase);
+        agentTurns += (await cancelled(ids)) - before;
+      }
+    }
+    const cores = ({ cpuSeconds, ms }: ReturnType<typeof side>) =>
+      cpuSeconds === undefined ? undefined : cpuSeconds / (ms / 1000);
     return {
       driver,
+      settings: { starts, turns, flood, floodSeconds, floodRounds, tabClients: TAB_CLIENTS },
       separateProcesses: processes !== undefined,
       yieldConfig,
       startToCommandMs,
       roundTripMs,
       parallel: { together, alone },
       tab: {
-        aloneTtftMs: alone0.ttft,
-        floodedTtftMs: flooded.ttft,
-        floodedErrors: flooded.errors + alone0.errors,
-        agentTurns: agentTurns.reduce((a, b) => a + b, 0),
-        edgeCores,
+        aloneTtftMs: sides.alone.ttft,
+        floodedTtftMs: sides["beside agents"].ttft,
+        aloneErrors: sides.alone.errors,
+        floodedErrors: sides["beside agents"].errors,
+        phases,
+        byPhase,
+        agentTurns,
+        edgeCoresAlone: cores(sides.alone),
+        edgeCores: cores(sides["beside agents"]),
       },
       pastDeadlineMs,
     };
@@ -290,12 +388,15 @@ export function reportAgentBench(r: AgentBenchResult): string {
   const p95 = (v: number[]) => quantile(v, 0.95);
   const tabRatio = p95(r.tab.floodedTtftMs) / p95(r.tab.aloneTtftMs);
   const off = r.yieldConfig?.lagMs === 0;
-  const settings = r.yieldConfig && !off ? ` ${JSON.stringify(r.yieldConfig)}` : "";
-  const tab = `  tab p95 time to first token, background yield ${off ? "off" : "on"}${settings}: ${fmt(p95(r.tab.aloneTtftMs))} ms ${interval(r.tab.aloneTtftMs, 0.95)} alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms ${interval(r.tab.floodedTtftMs, 0.95)} beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); ${r.tab.floodedErrors} tab errors${r.tab.edgeCores === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCores.toFixed(2)} cores meanwhile`}`;
+  const yieldSettings = r.yieldConfig && !off ? ` ${JSON.stringify(r.yieldConfig)}` : "";
+  const { starts, turns, flood, floodSeconds, floodRounds, tabClients } = r.settings;
+  const settings = `  settings: ${r.startToCommandMs.length === 0 ? "" : `${starts} starts, ${turns} read_file turns; `}tab from ${tabClients} closed-loop clients, ${floodSeconds} s alone and ${floodSeconds} s beside ${flood} agent tasks, taking turns in ${floodRounds} round${floodRounds === 1 ? "" : "s"} of ${+(floodSeconds / floodRounds).toFixed(2)} s a side (alone first in even rounds, beside agents first in odd ones; fresh agent tasks each round, timed once each has taken a turn, and ended before the next phase)`;
+  const tab = `  tab p95 time to first token, background yield ${off ? "off" : "on"}${yieldSettings}: ${fmt(p95(r.tab.aloneTtftMs))} ms ${interval(r.tab.aloneTtftMs, 0.95)} alone (${r.tab.aloneTtftMs.length} requests), ${fmt(p95(r.tab.floodedTtftMs))} ms ${interval(r.tab.floodedTtftMs, 0.95)} beside agent tasks (${r.tab.floodedTtftMs.length} requests, ${r.tab.agentTurns} agent turns): ${tabRatio.toFixed(2)}x (target <= 1.2x); tab errors: ${r.tab.aloneErrors} alone, ${r.tab.floodedErrors} beside agents${r.tab.edgeCores === undefined || r.tab.edgeCoresAlone === undefined ? "" : `; the edge's workerd used ${r.tab.edgeCoresAlone.toFixed(2)} cores alone, ${r.tab.edgeCores.toFixed(2)} beside agents`}`;
   const title = `Agent tasks (${r.driver} sandboxes, the simulator's scripted model${r.separateProcesses ? "; the sandbox host and each simulated backend in a process of its own" : ""}):`;
-  if (r.startToCommandMs.length === 0) return [title, tab].join("\n");
+  if (r.startToCommandMs.length === 0) return [title, settings, tab].join("\n");
   return [
     title,
+    settings,
     `  start to first command: p50 ${fmt(median(r.startToCommandMs))} ms ${interval(r.startToCommandMs, 0.5)}, p95 ${fmt(p95(r.startToCommandMs))} ms over ${r.startToCommandMs.length} tasks (goal: p50 <= 1000 ms)`,
     `  tool-call round trip (read_file): p50 ${fmt(median(r.roundTripMs))} ms ${interval(r.roundTripMs, 0.5)}, p99 ${fmt(quantile(r.roundTripMs, 0.99))} ms ${interval(r.roundTripMs, 0.99)} over ${r.roundTripMs.length} calls`,
     `  four greps in one turn vs the slowest alone: ${ratios.map((x) => `${x.toFixed(2)}x`).join(", ")} (median ${median(ratios).toFixed(2)}x; target <= 1.3x); together ${r.parallel.together.map(fmt).join(", ")} ms, the slowest alone ${r.parallel.alone.map((a) => fmt(Math.max(...a))).join(", ")} ms`,
@@ -311,6 +412,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     turns: env("BENCH_AGENT_TURNS"),
     flood: env("BENCH_AGENT_FLOOD"),
     floodSeconds: env("BENCH_FLOOD_SECONDS"),
+    floodRounds: env("BENCH_FLOOD_ROUNDS"),
     separateProcesses: process.env.BENCH_AGENT_PROCESSES === "separate",
     yieldConfig: process.env.BENCH_YIELD_CONFIG ? JSON.parse(process.env.BENCH_YIELD_CONFIG) : undefined,
   };

@@ -18,7 +18,23 @@ describe("agent benchmarks (smoke)", () => {
     expect(result.parallel.together).toHaveLength(5);
     expect(result.tab.aloneTtftMs.length).toBeGreaterThan(0);
     expect(result.pastDeadlineMs).toHaveLength(3);
+    // Tab alone and beside the agents take turns through the run, each side first in every other round.
+    expect(result.tab.phases).toEqual([
+      "alone",
+      "beside agents",
+      "beside agents",
+      "alone",
+      "alone",
+      "beside agents",
+      "beside agents",
+      "alone",
+    ]);
     const report = reportAgentBench(result);
+    expect(report).toContain(
+      "settings: 2 starts, 3 read_file turns; tab from 8 closed-loop clients, 1 s alone and 1 s beside 2 agent tasks, taking turns in 4 rounds of 0.25 s a side",
+    );
+    // Each side's failed tab requests are counted apart.
+    expect(report).toContain(`tab errors: ${result.tab.aloneErrors} alone, ${result.tab.floodedErrors} beside agents`);
     expect(report).toMatch(/start to first command: p50 [\d.]+ ms/);
     expect(report).toMatch(/four greps in one turn vs the slowest alone: .*median [\d.]+x/);
     expect(report).toMatch(
@@ -34,21 +50,26 @@ describe("agent benchmarks (smoke)", () => {
     expect(result.tab.floodedTtftMs.length).toBeGreaterThan(0);
     const report = reportAgentBench(result);
     expect(report).toContain("the sandbox host and each simulated backend in a process of its own");
-    expect(report).toMatch(/the edge's workerd used [\d.]+ cores meanwhile/);
+    expect(report).toMatch(/the edge's workerd used [\d.]+ cores alone, [\d.]+ beside agents/);
   }, 240_000);
 
   it("agents measures the flood alone with the gateway's background yield turned off", async () => {
     const result = await runAgentBench({
       flood: 2,
       floodSeconds: 1,
+      floodRounds: 1,
       separateProcesses: true,
       floodOnly: true,
       yieldConfig: { lagMs: 0 },
     });
     expect(result.startToCommandMs).toHaveLength(0);
     expect(result.tab.floodedTtftMs.length).toBeGreaterThan(0);
+    expect(result.tab.phases).toEqual(["alone", "beside agents"]);
     const report = reportAgentBench(result);
-    expect(report.split("\n")).toHaveLength(2);
+    expect(report.split("\n")).toHaveLength(3);
+    expect(report).toMatch(
+      /settings: tab from 8 closed-loop clients, 1 s alone and 1 s beside 2 agent tasks, taking turns in 1 round of 1 s a side/,
+    );
     expect(report).toMatch(
       /tab p95 time to first token, background yield off: [\d.]+ ms \[[\d.-]+, [\d.-]+\] alone .*: [\d.]+x/,
     );
