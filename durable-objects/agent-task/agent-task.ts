@@ -234,9 +234,12 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
   }
 
   private async cancelTask(): Promise<Task> {
+    const before = this.mustState();
+    if (isTerminal(before.status)) return this.view(before);
+    await this.dataKey(before).catch(() => undefined);
+    // Read again: the turn may have recorded usage (or ended the task) while the key was fetched.
     const state = this.mustState();
     if (isTerminal(state.status)) return this.view(state);
-    await this.dataKey(state).catch(() => undefined);
     await this.end(state, "cancelled", {});
     // A command still running for the task is killed; the tree (and its diff) stays.
     await this.sandbox(state.id)
@@ -322,6 +325,9 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
   }
 
   private async end(state: TaskState, reason: EndReason, data: Record<string, unknown>): Promise<void> {
+    // The first end stands: a caller holding a copy read before a cancel (or another end) landed
+    // must not overwrite it, nor record a second end.
+    if (isTerminal(this.mustState().status)) return;
     const status = reason === "finished" ? "finished" : reason === "cancelled" ? "cancelled" : "failed";
     state.status = status;
     state.endReason = reason;

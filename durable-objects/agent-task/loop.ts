@@ -180,12 +180,16 @@ async function recordResult(
 }
 
 /** Asks the model for the next turn and records its answer and calls; true if the task ended. */
-async function ask(host: LoopHost, state: TaskState, key: CryptoKey): Promise<boolean> {
+async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<boolean> {
   const followUps = host.store.takeFollowUps();
   for (const sealed of followUps) host.store.appendMessage(new Uint8Array(sealed));
   const messages = await host.conversation(key);
   const prompt = promptTokens(messages);
-  const info = await host.sandbox(state.id).info();
+  const info = await host.sandbox(initial.id).info();
+  // A cancel may have ended the task while the sandbox answered: the state is read again after
+  // every wait, since saving the copy from before it would undo the cancel.
+  const state = host.mustState();
+  if (state.status !== "running") return true;
   state.usage.sandboxSeconds = info.commandSeconds;
   const stop = budgetStop(state, Date.now(), info.commandSeconds, prompt);
   if (stop) {
