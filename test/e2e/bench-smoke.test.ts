@@ -76,15 +76,22 @@ describe("benchmarks (smoke)", () => {
   it("watch-latency measures saves reaching the edge", async () => {
     const figures = await runWatchLatency(500, 3);
     expect(figures.p95).toBeGreaterThanOrEqual(figures.p50);
+    // A baseline sample for every watched save, taken in the same run.
+    expect(figures.directSaves).toBe(3);
+    expect(figures.directP50).toBeGreaterThan(0);
+    expect(figures.directP95).toBeGreaterThanOrEqual(figures.directP50);
     // Measured with what a user gets from `sextant watch`, and says so beside its figures.
     expect(figures.debounceMs).toBe(DEFAULT_DEBOUNCE_MS);
     const printed = reportWatch(figures);
     expect(printed).toMatch(
       new RegExp(`p50 [\\d.]+ ms, p95 [\\d.]+ ms, max [\\d.]+ ms, of which the debounce is ${DEFAULT_DEBOUNCE_MS} ms`),
     );
+    expect(printed).toMatch(/direct sync, save to edge: p50 [\d.]+ ms, p95 [\d.]+ ms/);
+    expect(printed).toMatch(/watch\/direct: p50 [\d.]+x, p95 [\d.]+x/);
     expect(printed).toContain(
       `settings: 500-file workspace, 3 saves, debounce ${DEFAULT_DEBOUNCE_MS} ms (sextant watch's default)`,
     );
+    expect(printed).toContain("baseline: 3 direct syncs of a one-file save");
   }, 180_000);
 
   it("index-throughput reports chunks per second and splits the time between edge and device", async () => {
