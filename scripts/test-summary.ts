@@ -53,8 +53,6 @@ export const ALLOWED_SKIPS: readonly AllowedSkip[] = [
 const ReportSchema = z.object({
   numPassedTests: z.number(),
   numFailedTests: z.number(),
-  numPendingTests: z.number(),
-  numTodoTests: z.number(),
   testResults: z.array(
     z.object({
       name: z.string(),
