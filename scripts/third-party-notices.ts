@@ -198,9 +198,9 @@ licensed under the Apache License 2.0 (LICENSE, NOTICE).
 date.
 `;
 
-/** The notices for the Worker's deployed bundle. */
-export async function workerNotices(root = ROOT): Promise<string> {
-  return thirdPartyNotices(await workerBundleInputs(root), {
+/** The notices for the Worker's deployed bundle, from its inputs if already built (`workerBundleInputs`). */
+export async function workerNotices(inputs?: Iterable<string>, root = ROOT): Promise<string> {
+  return thirdPartyNotices(inputs ?? (await workerBundleInputs(root)), {
     root,
     title: "Third-party notices",
     intro: WORKER_NOTICES_INTRO,
