@@ -37,7 +37,10 @@ const ms = (max: number) => z.number().int().min(1).max(max);
 
 export const Endpoint = z
   .object({
-    /** Unique across the whole configuration; shows up in health, logs and metrics. */
+    /**
+     * Names one server across the whole configuration: pools that share a server list it under the
+     * same id, alike in its `SERVER_FIELDS`. Shows up in health, logs and metrics.
+     */
     id: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, "lower-case letters, digits, '.', '_' and '-'"),
     region: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/),
     latitude: z.number().min(-90).max(90),
@@ -74,6 +77,14 @@ export const Endpoint = z
       ctx.addIssue({ code: "custom", path: ["promptCaching"], message: "only Anthropic endpoints take promptCaching" });
   });
 export type Endpoint = z.infer<typeof Endpoint>;
+
+/**
+ * An endpoint's id names one server: its health, ejections and capacity are shared by every pool
+ * that lists it, so every pool must describe it alike in these fields. The rest (`model`,
+ * `checkpoint`, `weight`, `promptCaching`) is the pool's own: what its requests send, and how it
+ * ranks the server among its other endpoints.
+ */
+const SERVER_FIELDS = ["url", "kind", "region", "latitude", "longitude", "capacity", "secret", "health"] as const;
 
 /**
  * The default of a pool's `heartbeatMs`: a stream that has sent the client nothing for this long
@@ -219,18 +230,21 @@ export const GatewayConfig = z
   })
   .strict()
   .superRefine((config, ctx) => {
-    const seen = new Map<string, string>();
+    const seen = new Map<string, { pool: string; endpoint: Endpoint }>();
     const models = new Map<string, string>();
     for (const [name, pool] of Object.entries(config.pools)) {
       pool.endpoints.forEach((endpoint, i) => {
-        const other = seen.get(endpoint.id);
-        if (other && other !== endpoint.url)
-          ctx.addIssue({
-            code: "custom",
-            path: ["pools", name, "endpoints", i, "id"],
-            message: `endpoint id ${endpoint.id} names two different URLs`,
-          });
-        seen.set(endpoint.id, endpoint.url);
+        const first = seen.get(endpoint.id);
+        if (!first) seen.set(endpoint.id, { pool: name, endpoint });
+        else
+          for (const field of SERVER_FIELDS)
+            if (endpoint[field] !== first.endpoint[field])
+              ctx.addIssue({
+                code: "custom",
+                path: ["pools", name, "endpoints", i, field],
+                // Names the field, not its values: the message reaches clients, and a URL may carry credentials.
+                message: `endpoint id ${endpoint.id} is one server, but pool ${name} gives it another ${field} than pool ${first.pool}`,
+              });
       });
       for (const model of pool.models) {
         const route = `${pool.role === "embed" ? "embed" : pool.role === "tab" ? "completions" : "chat"}:${model}`;

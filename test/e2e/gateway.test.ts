@@ -20,8 +20,8 @@ describe("the inference gateway with the openai SDK", () => {
   beforeAll(async () => {
     gw = await startGateway(
       [
-        { id: "east", models: ["sim-coder", "sim-embed"], apiKey: POOL_SECRET, tokensPerSecond: 100 },
-        { id: "west", models: ["sim-coder", "sim-embed"], apiKey: POOL_SECRET, tokensPerSecond: 100 },
+        { id: "east", models: ["sim-coder", "sim-chat", "sim-embed"], apiKey: POOL_SECRET, tokensPerSecond: 100 },
+        { id: "west", models: ["sim-coder", "sim-chat", "sim-embed"], apiKey: POOL_SECRET, tokensPerSecond: 100 },
       ],
       (urls) => {
         const endpoints = (model: string, kind: "vllm" | "openai" = "vllm", suffix = "") => [
@@ -46,10 +46,11 @@ describe("the inference gateway with the openai SDK", () => {
             secret: "SIM_POOL_KEY",
           },
         ];
+        // Every pool lists the same two servers (ids east and west), each pool with its own model name.
         return {
           pools: {
             tab: { role: "tab", models: ["tab-sim"], fim: "qwen2.5-coder", endpoints: endpoints("sim-coder") },
-            chat: { role: "chat", models: ["chat-sim"], endpoints: endpoints("sim-coder") },
+            chat: { role: "chat", models: ["chat-sim"], endpoints: endpoints("sim-chat") },
             // A slower heartbeat than the default: the quiet-stream test compares the two.
             apply: { role: "apply", models: ["apply-sim"], endpoints: endpoints("sim-coder"), heartbeatMs: 150 },
             "apply-openai": {
@@ -134,6 +135,7 @@ describe("the inference gateway with the openai SDK", () => {
     // Forwarded as they arrive: the first token reached the client before the backend had sent its
     // last one (the same clock: the simulated backends run in this process).
     const [record] = generations();
+    expect((record!.body as { model: string }).model).toBe("sim-chat");
     expect(record!.endedAt).toBeGreaterThanOrEqual(record!.receivedAt);
     expect(arrivals[1]!).toBeLessThan(record!.endedAt!);
   });
@@ -180,6 +182,7 @@ describe("the inference gateway with the openai SDK", () => {
     expect(b64.data[0]!.embedding).toHaveLength(16);
     const floats = await client.embeddings.create({ model: "embed-sim", input: "alpha", encoding_format: "float" });
     expect(floats.data[0]!.embedding[0]).toBeCloseTo(b64.data[0]!.embedding[0]!, 5);
+    expect(generations().map((r) => (r.body as { model: string }).model)).toEqual(["sim-embed", "sim-embed"]);
     const models = [];
     for await (const m of client.models.list()) models.push(m.id);
     expect(models.sort()).toEqual(["apply-openai-sim", "apply-sim", "chat-sim", "embed-sim", "tab-sim"]);

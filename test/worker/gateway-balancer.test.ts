@@ -2,6 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { GatewayConfig, HEARTBEAT_MS, userShare, type GatewayConfigInput } from "../../protocol/gateway.js";
 import { Balancer, distanceKm } from "../../workers/gateway/balancer.js";
+import { ConfigError } from "../../workers/config.js";
 import { loadGateway, type ResolvedEndpoint, type ResolvedPool } from "../../workers/gateway/config.js";
 import { FIM_TEMPLATES, foldPrediction, renderFim } from "../../workers/gateway/prompts.js";
 
@@ -34,13 +35,18 @@ function setup(input: Partial<GatewayConfigInput> = {}, pool: Record<string, unk
     },
     ...input,
   });
-  const resolved: ResolvedPool = { ...config.pools.tab!, name: "tab", spread: true };
   const endpoints = new Map<string, ResolvedEndpoint>(
-    resolved.endpoints.map((e) => [
+    config.pools.tab!.endpoints.map((e) => [
       e.id,
       { ...e, healthUrl: `http://${e.id}.test/health`, base: e.url, topClass: "tab" as const },
     ]),
   );
+  const resolved: ResolvedPool = {
+    ...config.pools.tab!,
+    endpoints: [...endpoints.values()],
+    name: "tab",
+    spread: true,
+  };
   return { config, pool: resolved, endpoints, balancer: new Balancer(config) };
 }
 
@@ -78,9 +84,7 @@ describe("region selection", () => {
 
   it("orders regions nearest first from where the request comes from", () => {
     const { balancer, pool, endpoints } = setup();
-    const regions = (from: typeof PARIS) => [
-      ...new Set(balancer.candidates(pool, endpoints, from, 0).map((e) => e.region)),
-    ];
+    const regions = (from: typeof PARIS) => [...new Set(balancer.candidates(pool, from, 0).map((e) => e.region))];
     expect(regions(PARIS)).toEqual(["eu-west", "us-east", "us-west", "ap-northeast"]);
     expect(regions(TOKYO)).toEqual(["ap-northeast", "us-west", "eu-west", "us-east"]);
     expect(regions({ latitude: 37.77, longitude: -122.42 })[0]).toBe("us-west");
@@ -90,7 +94,7 @@ describe("region selection", () => {
     const { balancer, pool, endpoints } = setup();
     const taken: string[] = [];
     for (let i = 0; i < 10; i++) {
-      const e = balancer.acquire(pool, balancer.candidates(pool, endpoints, VIRGINIA, 0), "tab", 0);
+      const e = balancer.acquire(pool, balancer.candidates(pool, VIRGINIA, 0), "tab", 0);
       taken.push(e!.id);
     }
     // Both Virginia endpoints fill up evenly (4 each), then Phoenix takes the overflow.
@@ -101,20 +105,79 @@ describe("region selection", () => {
   it("skips endpoints the health snapshot marks down or that this isolate ejected", () => {
     const { balancer, pool, endpoints } = setup({ health: { ejectAfterFailures: 2, ejectionMs: 1000 } });
     balancer.snapshot = { endpoints: { "use-1": { healthy: false, since: 0 } }, pools: {} };
-    expect(balancer.candidates(pool, endpoints, VIRGINIA, 0).map((e) => e.id)[0]).toBe("use-2");
+    expect(balancer.candidates(pool, VIRGINIA, 0).map((e) => e.id)[0]).toBe("use-2");
     const peers = [...endpoints.values()];
     expect(balancer.failed(endpoints.get("use-2")!, 0, peers)).toBeUndefined();
     expect(balancer.failed(endpoints.get("use-2")!, 0, peers)).toBe(1000);
-    expect(balancer.candidates(pool, endpoints, VIRGINIA, 500)[0]!.region).toBe("us-west");
+    expect(balancer.candidates(pool, VIRGINIA, 500)[0]!.region).toBe("us-west");
     // Back after the ejection on probation: one request at a time, and a single failure ejects it
     // again for twice as long.
     const use2 = endpoints.get("use-2")!;
-    expect(balancer.candidates(pool, endpoints, VIRGINIA, 1000)[0]!.id).toBe("use-2");
+    expect(balancer.candidates(pool, VIRGINIA, 1000)[0]!.id).toBe("use-2");
     expect(balancer.limit(use2, pool, "tab", 1000)).toBe(1);
     expect(balancer.failed(use2, 1000, peers)).toBe(3000);
     // A success ends probation.
     balancer.succeeded(use2);
     expect(balancer.limit(use2, pool, "tab", 40_000)).toBe(4);
+  });
+});
+
+describe("one server in several pools", () => {
+  /** One server (`gpu-1`) serving a tab model and a chat model: the pools name what each sends it. */
+  function shared(chatEntry: Record<string, unknown> = {}) {
+    const server = endpoint("gpu-1", "us-east", VIRGINIA, 2);
+    return loadGateway({
+      GATEWAY_CONFIG: JSON.stringify({
+        pools: {
+          tab: {
+            role: "tab",
+            models: ["tab-model"],
+            fim: "qwen2.5-coder",
+            endpoints: [{ ...server, model: "coder-base", checkpoint: "base@1" }],
+          },
+          chat: {
+            role: "chat",
+            models: ["chat-model"],
+            endpoints: [{ ...server, model: "coder-instruct", checkpoint: "instruct@1", weight: 2, ...chatEntry }],
+          },
+        },
+      }),
+      POOL_KEY: "k",
+    } as unknown as Env)!;
+  }
+
+  it("sends each pool's own model name and checkpoint, and shares the server's slots between the pools", () => {
+    const gateway = shared();
+    const balancer = new Balancer(gateway.config);
+    const tab = gateway.poolFor("completions", "tab-model")!;
+    const chat = gateway.poolFor("chat", "chat-model")!;
+    const [forChat] = balancer.candidates(chat, VIRGINIA, 0);
+    expect(forChat).toMatchObject({ id: "gpu-1", model: "coder-instruct", checkpoint: "instruct@1", weight: 2 });
+    const [forTab] = balancer.candidates(tab, VIRGINIA, 0);
+    expect(forTab).toMatchObject({ id: "gpu-1", model: "coder-base", checkpoint: "base@1", weight: 1 });
+    // One server: probed once, serving the higher class of the two, its slots counted across both pools.
+    expect([...gateway.endpoints.keys()]).toEqual(["gpu-1"]);
+    expect([forChat!.topClass, forTab!.topClass]).toEqual(["tab", "tab"]);
+    expect(balancer.acquire(tab, [forTab!], "tab", 0)).toBe(forTab);
+    expect(balancer.acquire(chat, [forChat!], "chat", 0)).toBeUndefined();
+    balancer.release(tab, forTab!);
+    expect(balancer.acquire(chat, [forChat!], "chat", 0)).toBe(forChat);
+  });
+
+  it.each([
+    ["url", { url: "http://gpu-2.test/v1" }],
+    ["kind", { kind: "openai" }],
+    ["region", { region: "us-east-2" }],
+    ["latitude", { latitude: 40 }],
+    ["longitude", { longitude: -80 }],
+    ["capacity", { capacity: 3 }],
+    ["secret", { secret: "POOL_KEY" }],
+    ["health", { health: "http://gpu-1.test/ready" }],
+  ])("refuses a configuration whose pools give one endpoint id another %s", (field, differs) => {
+    expect(() => shared(differs)).toThrow(ConfigError);
+    expect(() => shared(differs)).toThrow(
+      new RegExp(`pools\\.chat\\.endpoints\\.0\\.${field}: endpoint id gpu-1 is one server, .*another ${field}`),
+    );
   });
 });
 

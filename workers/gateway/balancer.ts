@@ -133,10 +133,9 @@ export class Balancer {
    * Routable endpoints of a pool in the order they should be tried: nearest region first, and
    * within a region the least loaded relative to its weight.
    */
-  candidates(pool: ResolvedPool, endpoints: Map<string, ResolvedEndpoint>, from: Location, now: number) {
+  candidates(pool: ResolvedPool, from: Location, now: number) {
     const list: { endpoint: ResolvedEndpoint; km: number; load: number }[] = [];
-    for (const e of pool.endpoints) {
-      const endpoint = endpoints.get(e.id)!;
+    for (const endpoint of pool.endpoints) {
       if (!this.routable(endpoint, now)) continue;
       const km = Math.round(distanceKm(from, endpoint) / 100); // 100 km bands: same metro, same region
       const load = (this.endpoints.get(endpoint.id)?.inflight ?? 0) / endpoint.capacity / endpoint.weight;

@@ -22,11 +22,16 @@ export type Surface = "completions" | "chat" | "embeddings";
 
 export interface ResolvedPool extends Pool {
   name: string;
+  endpoints: ResolvedEndpoint[];
   /** Its endpoints sit at more than one place, so the caller's location orders them. */
   spread: boolean;
 }
 
-/** An endpoint as the router sees it: shared by every pool that lists it. */
+/**
+ * An endpoint as one pool lists it. Its id is one server, whose health and slots every pool that
+ * lists it shares (the schema holds them alike in the server's fields); what a request sends, the
+ * model name above all, is the pool's own.
+ */
 export interface ResolvedEndpoint extends Endpoint {
   healthUrl: string;
   /** `url` without trailing slashes: the API paths are appended to it. */
@@ -41,6 +46,7 @@ export interface ResolvedEndpoint extends Endpoint {
 export interface Gateway {
   config: GatewayConfig;
   pools: ResolvedPool[];
+  /** One per server (endpoint id), for its health probes and status: as the first pool that lists it has it. */
   endpoints: Map<string, ResolvedEndpoint>;
   /** A stable fingerprint, so the health object knows when the configuration changed. */
   fingerprint: string;
@@ -119,25 +125,29 @@ const SURFACE_ROLES: Record<Surface, PoolRole[]> = {
 };
 
 function resolve(config: GatewayConfig, source: Gateway["source"]): Gateway {
-  const pools = Object.entries(config.pools).map(([name, pool]) => ({
-    ...pool,
-    name,
-    spread: new Set(pool.endpoints.map((e) => `${e.latitude},${e.longitude}`)).size > 1,
-  }));
-  const endpoints = new Map<string, ResolvedEndpoint>();
-  for (const pool of pools)
-    for (const endpoint of pool.endpoints) {
+  const topClass = new Map<string, PriorityClass>();
+  for (const pool of Object.values(config.pools))
+    for (const { id } of pool.endpoints) {
       const cls = poolClass(pool.role);
-      const known = endpoints.get(endpoint.id);
-      if (!known)
-        endpoints.set(endpoint.id, {
-          ...endpoint,
-          healthUrl: healthUrl(endpoint),
-          base: endpoint.url.replace(/\/+$/, ""),
-          topClass: cls,
-        });
-      else if (PRIORITY_CLASSES.indexOf(cls) < PRIORITY_CLASSES.indexOf(known.topClass)) known.topClass = cls;
+      const known = topClass.get(id);
+      if (!known || PRIORITY_CLASSES.indexOf(cls) < PRIORITY_CLASSES.indexOf(known)) topClass.set(id, cls);
     }
+  const endpoints = new Map<string, ResolvedEndpoint>();
+  const pools = Object.entries(config.pools).map(([name, pool]) => {
+    const listed = pool.endpoints.map((endpoint) => ({
+      ...endpoint,
+      healthUrl: healthUrl(endpoint),
+      base: endpoint.url.replace(/\/+$/, ""),
+      topClass: topClass.get(endpoint.id)!,
+    }));
+    for (const endpoint of listed) if (!endpoints.has(endpoint.id)) endpoints.set(endpoint.id, endpoint);
+    return {
+      ...pool,
+      name,
+      endpoints: listed,
+      spread: new Set(pool.endpoints.map((e) => `${e.latitude},${e.longitude}`)).size > 1,
+    };
+  });
   const byModel = new Map<string, ResolvedPool>();
   for (const pool of pools)
     for (const surface of Object.keys(SURFACE_ROLES) as Surface[])

@@ -110,8 +110,7 @@ export interface Attempt {
 }
 
 /** The resolved endpoints of the request's pool. */
-export const peers = (req: ProxyRequest): ResolvedEndpoint[] =>
-  req.pool.endpoints.map((e) => req.gateway.endpoints.get(e.id)!);
+export const peers = (req: ProxyRequest): ResolvedEndpoint[] => req.pool.endpoints;
 
 /** Statuses by which a backend says it is full rather than broken: 429, 503, and Anthropic's 529. */
 export const FULL_STATUSES = new Set<unknown>([429, 503, 529]);

@@ -84,7 +84,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
   const launch = (retry: boolean, otherRegionThan?: string): boolean => {
     if (attempts >= pool.retries.maxAttempts || Date.now() >= deadline) return false;
     const now = Date.now();
-    const candidates = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
+    const candidates = balancer.candidates(pool, req.from, now);
     const endpoint = balancer.acquire(pool, candidates, req.cls, now, tried, otherRegionThan, req.capacityShare);
     if (!endpoint) return false;
     // A retry into a mostly idle endpoint cannot overload it, and one after a "full" answer cost
@@ -112,7 +112,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
     const resumed: ProxyRequest = { ...req, body };
     while (attempts < pool.retries.maxAttempts && Date.now() < deadline && !req.signal.aborted) {
       const now = Date.now();
-      const candidates = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
+      const candidates = balancer.candidates(pool, req.from, now);
       const exclude = new Set([...tried, failedOn.endpoint.id]);
       const endpoint = balancer.acquire(pool, candidates, req.cls, now, exclude, undefined, req.capacityShare);
       if (!endpoint) return undefined;
@@ -141,7 +141,7 @@ export async function proxy(req: ProxyRequest): Promise<Response> {
       // The first attempt; a tab request may wait briefly for a slot.
       while (!launch(false)) {
         const now = Date.now();
-        const routable = balancer.candidates(pool, req.gateway.endpoints, req.from, now);
+        const routable = balancer.candidates(pool, req.from, now);
         if (routable.length === 0)
           throw new ApiError("unavailable", `No backend of pool ${pool.name} is healthy right now.`, {
             headers: { "Retry-After": String(Math.ceil(req.gateway.config.health.probeIntervalMs / 1000)) },
