@@ -30,6 +30,9 @@ export interface DashboardData {
       orgId: string;
       orgName: string;
       keyId: string;
+      /** The key's name and display prefix (never its secret); null once the key is deleted. */
+      keyName: string | null;
+      keyPrefix: string | null;
       model: string;
       requests: number;
       promptTokens: number;
@@ -43,6 +46,7 @@ export interface DashboardData {
   };
   throttles: AbuseThrottle[];
   agents: {
+    /** Every day of `usage.days`, 0 where no task was created. */
     createdByDay: { day: string; tasks: number }[];
     outcomes: Record<string, number>;
   };

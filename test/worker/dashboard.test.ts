@@ -111,6 +111,36 @@ describe("/admin/dashboard", () => {
     expect(page).not.toContain("<script>alert(1)");
   });
 
+  it("names each usage row's key, and counts agent tasks on every day of the window", async () => {
+    const { org, user, key } = await createAccount();
+    const day = "2025-03-14";
+    const usage = env.DB.prepare(
+      "INSERT INTO usage_daily (day, org_id, user_id, key_id, model, requests, prompt_tokens, completion_tokens) VALUES (?, ?, ?, ?, 'tab-test', 1, 10, 5)",
+    );
+    const task = env.DB.prepare(
+      "INSERT INTO agent_tasks (id, org_id, user_id, model, created_at) VALUES (?, ?, ?, 'm', ?)",
+    );
+    await env.DB.batch([
+      usage.bind(day, org.id, user.id, key.id),
+      // Usage outlives its key.
+      usage.bind(day, org.id, user.id, "key_gone"),
+      task.bind(`task_${crypto.randomUUID()}`, org.id, user.id, Date.parse(`${day}T23:59:59Z`)),
+      task.bind(`task_${crypto.randomUUID()}`, org.id, user.id, Date.parse(`${day}T00:00:00Z`) - 1),
+    ]);
+    const data = (await (await adminCall(`/dashboard/data?day=${day}`)).json()) as DashboardData;
+    const rows = data.usage.rows.filter((r) => r.orgId === org.id);
+    const named = Object.fromEntries(rows.map((r) => [r.keyId, [r.keyName, r.keyPrefix]]));
+    expect(named).toEqual({ [key.id]: [key.name, key.prefix], key_gone: [null, null] });
+    expect(JSON.stringify(data)).not.toContain(key.key);
+    // One day with a task is still fourteen days on the chart's axis, in order.
+    expect(data.agents.createdByDay.map((d) => d.day)).toEqual(data.usage.days);
+    expect(data.agents.createdByDay.slice(-2)).toEqual([
+      { day: "2025-03-13", tasks: 1 },
+      { day, tasks: 1 },
+    ]);
+    expect(data.agents.createdByDay.slice(0, -2).every((d) => d.tasks === 0)).toBe(true);
+  });
+
   it("sessions expire, and a changed secret ends them", async () => {
     const now = Date.now();
     const token = await sessionToken("secret-one-0123456789abcdefghijklmnop", now);

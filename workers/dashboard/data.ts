@@ -13,7 +13,7 @@ import { USAGE_DAYS, type DashboardData, type TabFigures } from "../../protocol/
 import type { GatewayStatus } from "../../protocol/gateway.js";
 import { listThrottles } from "../db/abuse.js";
 import { database } from "../db/client.js";
-import { agentTasks, orgs, usageDaily } from "../db/schema.js";
+import { agentTasks, apiKeys, orgs, usageDaily } from "../db/schema.js";
 import type { LakeRow } from "../../protocol/lake.js";
 import { readDay } from "../lake/read.js";
 import { ApiError } from "../problem.js";
@@ -72,6 +72,8 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
         orgId: usageDaily.orgId,
         orgName: orgs.name,
         keyId: usageDaily.keyId,
+        keyName: apiKeys.name,
+        keyPrefix: apiKeys.prefix,
         model: usageDaily.model,
         requests: usageDaily.requests,
         promptTokens: usageDaily.promptTokens,
@@ -79,6 +81,8 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
       })
       .from(usageDaily)
       .innerJoin(orgs, eq(orgs.id, usageDaily.orgId))
+      // A left join: usage outlives a key deleted with its user, and keeps its row.
+      .leftJoin(apiKeys, eq(apiKeys.id, usageDaily.keyId))
       .where(and(gte(usageDaily.day, from), lte(usageDaily.day, day)))
       .orderBy(desc(usageDaily.day), desc(usageDaily.completionTokens))
       .limit(500),
@@ -128,6 +132,9 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
     return { hour, byClass };
   });
 
+  const days = Array.from({ length: USAGE_DAYS }, (_, i) => shiftDay(from, i));
+  const tasksByDay = new Map(tasks.map((t) => [t.day, t.tasks]));
+
   const outcomes: Record<string, number> = {};
   for (const e of allEvents)
     if (e.type === "agent.outcome" && typeof e.outcome === "string")
@@ -144,13 +151,13 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
       })),
     },
     usage: {
-      days: Array.from({ length: USAGE_DAYS }, (_, i) => shiftDay(from, i)),
+      days,
       byModel: [...byModel.values()].sort((a, b) => a.day.localeCompare(b.day) || a.model.localeCompare(b.model)),
       rows: usageRows,
     },
     refusals: { total: refusalTotal, hours: refusalHours, byLimit },
     throttles,
-    agents: { createdByDay: tasks.sort((a, b) => a.day.localeCompare(b.day)), outcomes },
+    agents: { createdByDay: days.map((d) => ({ day: d, tasks: tasksByDay.get(d) ?? 0 })), outcomes },
     gateway,
   };
 }
