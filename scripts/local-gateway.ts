@@ -60,3 +60,38 @@ export function localGatewayConfig(urls: Record<string, string>): GatewayConfigI
     },
   };
 }
+
+/**
+ * `npm start` pointed at a real model, one line each: an OpenAI-compatible server for every pool
+ * (`INFERENCE_UPSTREAM`, which passes the client's model name through) and the model agent tasks ask
+ * it for (`AGENT_MODEL`; the default is the simulator's, which no real server serves).
+ */
+export const REAL_MODEL_RECIPES = [
+  { server: "Ollama", vars: "INFERENCE_UPSTREAM=http://127.0.0.1:11434/v1 AGENT_MODEL=qwen2.5-coder:7b" },
+  {
+    server: "vLLM",
+    vars: "INFERENCE_UPSTREAM=http://127.0.0.1:8000/v1 INFERENCE_UPSTREAM_KIND=vllm AGENT_MODEL=Qwen/Qwen2.5-Coder-7B-Instruct",
+  },
+  {
+    server: "OpenAI",
+    vars: "INFERENCE_UPSTREAM=https://api.openai.com/v1 INFERENCE_UPSTREAM_API_KEY=sk-... AGENT_MODEL=gpt-4.1",
+  },
+] as const;
+
+/** What `npm start` says while only the simulators serve: that their answers are not a model's, and the lines that change it. */
+export function realModelHint(command: string): string {
+  return (
+    `The simulators' answers are placeholders, not a model's: the scripted agent model plays only the fixture tasks.\n` +
+    `To use a real model, start with one of:\n` +
+    REAL_MODEL_RECIPES.map((r) => `  ${r.vars} ${command}   # ${r.server}\n`).join("")
+  );
+}
+
+/** How the scripted agent model's refusal of a prompt it has no script for ends: the line that runs a real model. */
+export function unscriptedAdvice(command: string): string {
+  const ollama = REAL_MODEL_RECIPES[0];
+  return (
+    `To run a real model, start the edge with one, e.g. with ${ollama.server}: ${ollama.vars} ${command} ` +
+    `(${command} prints the lines for vLLM and OpenAI).`
+  );
+}

@@ -28,7 +28,7 @@ import {
   type LocalSandboxHost,
 } from "./local-sandbox.js";
 import { startEdge } from "./edge.js";
-import { LOCAL_BACKENDS, localGatewayConfig } from "./local-gateway.js";
+import { LOCAL_BACKENDS, LOCAL_MODELS, localGatewayConfig, realModelHint, unscriptedAdvice } from "./local-gateway.js";
 import { makePrivate, withPrivateUmask } from "./private-state.js";
 
 const DEV_EMAIL = "dev@sextant.localhost";
@@ -52,6 +52,8 @@ const { values: args } = parseArgs({
   },
 });
 const baseURL = `http://${args.ip}:${args.port}`;
+/** How the user started this, for the lines the console suggests. */
+const command = args.dev ? "npm run dev" : "npm start";
 const wranglerEnv = { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" };
 
 /**
@@ -88,22 +90,27 @@ function ensureAdminSecret(): string {
 
 const GATEWAY_VARS = ["GATEWAY_CONFIG", "INFERENCE_UPSTREAM"];
 
-/**
- * Where model requests go: a gateway setting from the environment (`GATEWAY_CONFIG` as JSON or a
- * path to a JSON file, or `INFERENCE_UPSTREAM`), from `--var` or `.dev.vars`; otherwise the
- * simulator, started here.
- */
-async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }> {
+/** Whether a Worker variable is set by `--var` or `.dev.vars`, which the environment does not override. */
+function givenElsewhere(name: string): boolean {
   let devVars = "";
   try {
     devVars = readFileSync(".dev.vars", "utf8");
   } catch {
     // None.
   }
-  const given = (name: string) =>
-    args.var.some((v) => v.startsWith(`${name}:`)) || new RegExp(`^${name}\\s*=`, "m").test(devVars);
-  if (GATEWAY_VARS.some(given)) return { vars: [] };
+  return args.var.some((v) => v.startsWith(`${name}:`)) || new RegExp(`^${name}\\s*=`, "m").test(devVars);
+}
+
+/**
+ * Where model requests go: a gateway setting from the environment (`GATEWAY_CONFIG` as JSON or a
+ * path to a JSON file, or `INFERENCE_UPSTREAM`), from `--var` or `.dev.vars`; otherwise the
+ * simulator, started here. `AGENT_MODEL` comes from the environment too, so that one line names
+ * both a server and the model agent tasks ask it for. `upstream` names a server the environment gave.
+ */
+async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator; upstream?: string }> {
   const vars: string[] = [];
+  if (process.env.AGENT_MODEL && !givenElsewhere("AGENT_MODEL")) vars.push(`AGENT_MODEL:${process.env.AGENT_MODEL}`);
+  if (GATEWAY_VARS.some(givenElsewhere)) return { vars };
   for (const name of [
     "INFERENCE_UPSTREAM",
     "INFERENCE_UPSTREAM_KIND",
@@ -113,7 +120,8 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
     if (process.env[name]) vars.push(`${name}:${process.env[name]}`);
   const config = process.env.GATEWAY_CONFIG;
   if (config) vars.push(`GATEWAY_CONFIG:${config.trimStart().startsWith("{") ? config : readFileSync(config, "utf8")}`);
-  if (vars.some((v) => GATEWAY_VARS.some((name) => v.startsWith(`${name}:`)))) return { vars };
+  if (config) return { vars, upstream: "the backends GATEWAY_CONFIG names" };
+  if (process.env.INFERENCE_UPSTREAM) return { vars, upstream: process.env.INFERENCE_UPSTREAM };
   const agentScripts = existsSync(args["agent-scripts"]) ? loadAgentScripts(args["agent-scripts"]) : [];
   // The control API can rewrite every answer the backends give: only who holds its token may use it.
   const token = process.env.SIMULATOR_CONTROL_TOKEN || undefined;
@@ -122,12 +130,54 @@ async function gatewayVars(): Promise<{ vars: string[]; simulator?: Simulator }>
     process.exit(2);
   }
   const simulator = await startSimulator({
-    backends: LOCAL_BACKENDS.map((b) => ({ ...b, agentScripts })),
+    backends: LOCAL_BACKENDS.map((b) => ({ ...b, agentScripts, unscriptedAdvice: unscriptedAdvice(command) })),
     control: token ? { token } : true,
   });
   const urls = Object.fromEntries(simulator.backends.map((b) => [b.id, b.url]));
   console.log(`Simulated GPU backends: ${simulator.backends.map((b) => `${b.id} ${b.url}`).join(", ")}`);
-  return { vars: [`GATEWAY_CONFIG:${JSON.stringify(localGatewayConfig(urls))}`], simulator };
+  return { vars: [...vars, `GATEWAY_CONFIG:${JSON.stringify(localGatewayConfig(urls))}`], simulator };
+}
+
+/**
+ * The model agent tasks ask for: `AGENT_MODEL` as the edge gets it (`--var` or the environment,
+ * then `.dev.vars`, then `wrangler.toml`), else the edge's default, the simulator's chat model.
+ */
+function agentModel(vars: string[]): string {
+  const passed = vars.findLast((v) => v.startsWith("AGENT_MODEL:"));
+  if (passed) return passed.slice("AGENT_MODEL:".length);
+  for (const file of [".dev.vars", "wrangler.toml"]) {
+    let text = "";
+    try {
+      text = readFileSync(file, "utf8");
+    } catch {
+      continue;
+    }
+    const value = /^AGENT_MODEL\s*=\s*"?([^"\n]+?)"?\s*$/m.exec(text)?.[1];
+    if (value) return value;
+  }
+  return LOCAL_MODELS.chat;
+}
+
+/**
+ * Where model requests go when the environment named a server, and what agent tasks ask it for:
+ * `INFERENCE_UPSTREAM` passes model names through, so the simulator's default there fails every task.
+ */
+function upstreamLine(upstream: string, model: string): string {
+  let shown = upstream;
+  try {
+    const url = new URL(upstream);
+    url.username = url.password = "";
+    shown = url.toString();
+  } catch {
+    // A description, not a URL.
+  }
+  return (
+    `Model requests go to ${shown}; agent tasks ask it for ${model}` +
+    (model === LOCAL_MODELS.chat && !process.env.GATEWAY_CONFIG
+      ? `, the simulator's model, which it will not serve: set AGENT_MODEL to one of its models beside ` +
+        `INFERENCE_UPSTREAM (e.g. AGENT_MODEL=qwen2.5-coder:7b).\n`
+      : ` (AGENT_MODEL).\n`)
+  );
 }
 
 /**
@@ -333,12 +383,14 @@ try {
           `SEXTANT_BASE_URL=${baseURL} (its development key is in ${localEdgePathFor(baseURL)}).\n`
         : `Development key saved to ${localEdgePath()} (the CLI finds it).\n` + `Try: npx sextant whoami\n`) +
       (gateway.simulator
-        ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}); ` +
-          `set INFERENCE_UPSTREAM or GATEWAY_CONFIG to use real ones.\n` +
+        ? `Model requests go to simulated GPU backends (control: ${gateway.simulator.control}).\n` +
           `Their control API wants Authorization: Bearer ${
             process.env.SIMULATOR_CONTROL_TOKEN ? "$SIMULATOR_CONTROL_TOKEN" : gateway.simulator.controlToken
-          } (SIMULATOR_CONTROL_TOKEN sets it).\n`
-        : "") +
+          } (SIMULATOR_CONTROL_TOKEN sets it).\n` +
+          realModelHint(command)
+        : gateway.upstream
+          ? upstreamLine(gateway.upstream, agentModel(vars))
+          : "") +
       (sandboxes ? `Agent tasks run in ${sandboxes.driver} sandboxes (${sandboxes.url}).\n` : "") +
       (driver && driver.driver !== "bubblewrap" ? `${driverBanner(driver)}\n` : "") +
       `Operator dashboard: ${baseURL}/admin/dashboard (sign in with ADMIN_SECRET from .dev.vars).\n`,

@@ -13,7 +13,15 @@ import type { SandboxClient } from "./sandbox-client.js";
 import { runConcurrently } from "./schedule.js";
 import { seal, unseal } from "./seal.js";
 import type { TaskState, TaskStore } from "./store.js";
-import { budgetStop, chatRequest, checkCall, parseAnswer, promptTokens, type ChatMessage } from "./turn.js";
+import {
+  budgetStop,
+  chatRequest,
+  checkCall,
+  modelErrorMessage,
+  parseAnswer,
+  promptTokens,
+  type ChatMessage,
+} from "./turn.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
 
 /** What the loop needs of its task object. */
@@ -217,10 +225,7 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
     throw new RetryLater(answer.retryAfter ?? 2);
   const parsed = answer.status === 200 ? parseAnswer(answer.body) : null;
   if (!parsed) {
-    const detail = (answer.body as { detail?: string } | null)?.detail;
-    await host.end(current, "model_error", {
-      message: `The model answered ${answer.status}: ${detail ?? "no message"}`,
-    });
+    await host.end(current, "model_error", { message: modelErrorMessage(answer.status, answer.body) });
     return true;
   }
   const assistant: ChatMessage = {

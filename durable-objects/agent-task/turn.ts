@@ -95,6 +95,17 @@ export function parseAnswer(body: unknown): ParsedAnswer | null {
   return { content: typeof message.content === "string" ? message.content : null, toolCalls, tokens };
 }
 
+/**
+ * Why a task ends on an answer that is not a chat completion: the status and the error's own words,
+ * from a problem document's `detail` or an OpenAI error's `error.message`.
+ */
+export function modelErrorMessage(status: number, body: unknown): string {
+  const b = body as { detail?: unknown; error?: { message?: unknown } } | null;
+  const detail =
+    typeof b?.detail === "string" ? b.detail : typeof b?.error?.message === "string" ? b.error.message : undefined;
+  return `The model answered ${status}: ${detail ?? "no message"}`;
+}
+
 /** A call's arguments checked against its tool's schema: the parsed value, or the error the model reads. */
 export function checkCall(
   name: string,

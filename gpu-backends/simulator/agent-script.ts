@@ -90,6 +90,24 @@ export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly
   };
 }
 
+/** What the refusal of an unscripted conversation ends with when the backend was given no advice of its own. */
+export const DEFAULT_UNSCRIPTED_ADVICE =
+  "To run a real model, point the gateway at an OpenAI-compatible server (INFERENCE_UPSTREAM) instead of the simulator.";
+
+/**
+ * Why the scripted agent model answers no turn to a conversation offered tools that no script
+ * matches: tool calls made up for it would be run as a model's, and end the task "finished" having
+ * done nothing. `advice` says how to run a real model instead.
+ */
+export function unscriptedRefusal(advice: string | undefined): string {
+  return (
+    "The simulator's scripted agent model has no script for this prompt: it plays only the conversations " +
+    "whose first user message contains one of its scripts' match texts (the fixture tasks of " +
+    "gpu-backends/simulator/agent-scripts/, and scripts set through its control API), and makes up " +
+    `no answer for any other. ${advice ?? DEFAULT_UNSCRIPTED_ADVICE}`
+  );
+}
+
 /** Every `*.json` script in a directory, in name order; a file that is not a script throws, naming it. */
 export function loadAgentScripts(dir: string): AgentScript[] {
   return readdirSync(dir)

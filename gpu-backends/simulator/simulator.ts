@@ -19,7 +19,15 @@ import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypt
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
-import { AgentScript, AgentScriptsBody, scriptedFormat, scriptedTokens, scriptedTurn } from "./agent-script.js";
+import {
+  AgentScript,
+  AgentScriptsBody,
+  DEFAULT_UNSCRIPTED_ADVICE,
+  scriptedFormat,
+  scriptedTokens,
+  scriptedTurn,
+  unscriptedRefusal,
+} from "./agent-script.js";
 import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
 import { TokenSchedule } from "./token-schedule.js";
 
@@ -85,8 +93,14 @@ const tunables = {
   /** `anthropic`: the shortest prefix, in prompt tokens, its prompt cache keeps (default 1024). */
   cacheMinTokens: z.number().int().min(1).optional(),
   fault: Fault.optional(),
-  /** Scripts of the scripted agent model (agent-script.ts); a chat request one matches is answered from it. */
+  /**
+   * Scripts of the scripted agent model (agent-script.ts); a chat request one matches is answered
+   * from it. Given any, the backend is that model: a request offered tools that none matches is
+   * refused (400) with why, ending with `unscriptedAdvice`.
+   */
   agentScripts: z.array(AgentScript).optional(),
+  /** How to run a real model, which the refusal of an unscripted agent conversation ends with. */
+  unscriptedAdvice: z.string().min(1).max(2000).optional(),
 };
 
 export const BackendPatch = z.strictObject(tunables);
@@ -206,6 +220,7 @@ function resolve(options: BackendOptions, port: number): ResolvedBackendOptions 
     cacheMinTokens: options.cacheMinTokens ?? 1024,
     fault: options.fault ?? { type: "none" },
     agentScripts: options.agentScripts ?? [],
+    unscriptedAdvice: options.unscriptedAdvice ?? DEFAULT_UNSCRIPTED_ADVICE,
   };
 }
 
@@ -323,6 +338,8 @@ interface Generation {
   maxTokens: number | null;
   /** A fixed answer's length in tokens (a scripted agent turn), instead of `completionTokens`. */
   tokens?: number;
+  /** The scripted agent model's refusal of a conversation no script matches: answered 400 with this message. */
+  refusal?: string;
   stream: boolean;
   includeUsage: boolean;
   /** Anthropic only: the tool the request made it call; its answer is that call, `{"text": <the tokens>}`. */
@@ -590,6 +607,7 @@ class Backend implements SimulatedBackend {
     if (!this.opts.models.includes(parsed.model)) {
       return this.fail(exchange, 404, `The model \`${parsed.model}\` does not exist.`);
     }
+    if ("refusal" in parsed && parsed.refusal) return this.fail(exchange, 400, parsed.refusal);
     const fault = this.pickFault();
     if (fault) record.fault = fault.type;
     if (fault?.type === "status") {
@@ -898,12 +916,18 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
     const r = ChatBody.safeParse(body);
     if (!r.success) return firstIssue(r.error);
     const scripted = r.data.tool_choice === "none" ? undefined : scriptedTurn(o.agentScripts, r.data.messages);
+    // A backend with scripts is the scripted agent model: offered tools, it plays a script or says
+    // why not. Without tools (plain chat) it answers `sim` tokens as every backend does.
+    const agentic = (r.data.tools?.length ?? 0) > 0 && r.data.tool_choice !== "none";
+    const refusal =
+      !scripted && agentic && o.agentScripts.length > 0 ? unscriptedRefusal(o.unscriptedAdvice) : undefined;
     const chars = r.data.messages.reduce((sum, { content }) => {
       if (typeof content === "string") return sum + content.length;
       return sum + (content ?? []).reduce((s, part) => s + (part.text?.length ?? 0), 0);
     }, 0);
     return {
       format: scripted ? scriptedFormat(scripted) : chatFormat(r.data),
+      ...(refusal ? { refusal } : {}),
       model: r.data.model,
       promptTokens: promptTokens(chars),
       // A scripted turn is whole whatever the limit: it is a fixed answer, not a generation.

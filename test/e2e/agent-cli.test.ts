@@ -25,6 +25,7 @@ import {
   copyOfRepo,
   startAgentStack,
   startTestSandboxHost,
+  taskEvents,
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
@@ -200,6 +201,27 @@ describe("sextant agent", () => {
     for (const absent of [".env", "debug.log", "node_modules", "link.js", "bad\nname.js", "d0"])
       expect(existsSync(join(tree, absent)), absent).toBe(false);
     await cli("agent", "cancel", id);
+  });
+
+  it("fails a prompt the scripted agent model has no script for, saying why and how to run a real model", async () => {
+    const run = await cli("agent", "run", "write a haiku", copyOfRepo(sum));
+    expect(run.code, run.stderr).toBe(1);
+    const id = taskIdIn(run.stdout)!;
+    const explanation = "The simulator's scripted agent model has no script for this prompt";
+    const recipe = "INFERENCE_UPSTREAM=http://127.0.0.1:11434/v1 AGENT_MODEL=qwen2.5-coder:7b npm start";
+    expect(run.stdout).toMatch(/Task failed \(model_error\): The model answered 400: .*has no script for this prompt/);
+    expect(run.stdout).toContain(recipe);
+    expect(errorsIn(run.stderr)).toContain(`Task ${id} ended failed (model_error).`);
+    // No turn was made up: the model's refusal is the task's end.
+    expect(run.stdout).not.toContain("Turn 1");
+    expect(run.stdout).not.toMatch(/sim\d/);
+
+    const task = await stack.sdk.agents.get(id);
+    expect([task.status, task.endReason, task.usage.turns]).toEqual(["failed", "model_error", 0]);
+    const ended = (await taskEvents(stack.sdk, id)).at(-1)!;
+    expect(ended).toMatchObject({ type: "task.ended", data: { status: "failed", reason: "model_error" } });
+    expect(String(ended.data!.message)).toContain(explanation);
+    expect(String(ended.data!.message)).toContain(recipe);
   });
 
   it("lists the task, and prints its logs as text and as JSON lines", async () => {

@@ -1,8 +1,14 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import OpenAI from "openai";
+import { LocalEdge as SavedLocalEdge } from "../../client/cli/credentials.js";
+import { Sextant } from "../../client/sdk/client.js";
+import { startSimulator } from "../../gpu-backends/simulator/simulator.js";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiKeyInfo, CreatedApiKey, Health, Me } from "../../protocol/schemas.js";
-import { LOCAL_ANTHROPIC_MODEL } from "../../scripts/local-gateway.js";
+import { LOCAL_ANTHROPIC_MODEL, REAL_MODEL_RECIPES } from "../../scripts/local-gateway.js";
+import { taskEnded } from "../support/agent-stack.js";
 import {
   savedLocalEdge,
   sextant,
@@ -122,10 +128,75 @@ describe("local edge end to end", () => {
     expect(after.org.id).toBe(before.org.id);
   });
 
-  it("leaves the CLI with a running edge when a second one starts, which SEXTANT_BASE_URL reaches", async () => {
+  it("says, while only simulators serve, the line that points it at a real model", () => {
+    const output = edge.output();
+    expect(output).toContain("To use a real model, start with one of:");
+    for (const recipe of REAL_MODEL_RECIPES)
+      expect(output).toContain(`  ${recipe.vars} npm start   # ${recipe.server}`);
+  });
+
+  it("leaves the CLI with a running edge when a second one starts (a real model server by the one-line recipe), which SEXTANT_BASE_URL reaches", async () => {
     const before = Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout));
-    const second = await startLocalEdge({ configDir: edge.configDir });
+    // The second edge is pointed at a real model the one-line way the first one printed, at a
+    // stand-in for Ollama's OpenAI-compatible API: the simulator, as another server, serving one model
+    // under an Ollama tag, with a one-turn script for the agent task below.
+    const model = "qwen2.5-coder:7b";
+    const standIn = await startSimulator({
+      backends: [
+        {
+          id: "ollama-stand-in",
+          kind: "openai",
+          models: [model],
+          agentScripts: [
+            { name: "hello", match: "(stand-in hello)", turns: [{ content: "Hello from the stand-in." }] },
+          ],
+        },
+      ],
+    });
+    const ollama = standIn.backend("ollama-stand-in");
+    const second = await startLocalEdge({
+      configDir: edge.configDir,
+      env: { INFERENCE_UPSTREAM: ollama.url, AGENT_MODEL: model },
+    }).catch(async (err: unknown) => {
+      await standIn.stop();
+      throw err;
+    });
     try {
+      expect(second.output()).toContain(
+        `Model requests go to ${ollama.url}; agent tasks ask it for ${model} (AGENT_MODEL).`,
+      );
+      expect(second.output()).not.toContain("To use a real model");
+      expect(second.output()).not.toContain("simulated GPU backends");
+      const key = SavedLocalEdge.parse(
+        JSON.parse(
+          readFileSync(
+            join(edge.configDir, "local-edges", `${new URL(second.baseURL).host.replace(":", "_")}.json`),
+            "utf8",
+          ),
+        ),
+      ).apiKey;
+      const openai = new OpenAI({ baseURL: `${second.baseURL}/v1`, apiKey: key, maxRetries: 0 });
+      const chat = await openai.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: "Hi" }],
+        max_tokens: 2,
+      });
+      expect([chat.model, chat.system_fingerprint]).toEqual([model, "sextant-simulator"]);
+      const sdk = new Sextant({ apiKey: key, baseURL: second.baseURL, maxRetries: 0 });
+      const { id } = await sdk.agents.create({ prompt: "Say hello (stand-in hello)." });
+      await sdk.agents.uploadFiles(id, [{ path: "README.md", content: "eA==" }]);
+      await sdk.agents.start(id);
+      const task = await taskEnded(sdk, id);
+      expect([task.status, task.endReason, task.model]).toEqual(["finished", "finished", model]);
+      const asked = ollama
+        .records()
+        .filter((r) => r.path === "/v1/chat/completions")
+        .map((r) => r.body as { model: string; tools?: unknown[] });
+      expect(asked.map((b) => [b.model, (b.tools?.length ?? 0) > 0])).toEqual([
+        [model, false],
+        [model, true],
+      ]);
+
       expect(second.output()).toContain(`The CLI keeps using the local edge at ${edge.baseURL}`);
       expect(savedLocalEdge(edge).baseURL).toBe(edge.baseURL);
       expect(Me.parse(JSON.parse(cli(["--json", "whoami"]).stdout)).key.id).toBe(before.key.id);
@@ -137,11 +208,13 @@ describe("local edge end to end", () => {
       expect(Me.parse(JSON.parse(there.stdout)).org.id).not.toBe(before.org.id);
     } finally {
       await second.stop();
+      await standIn.stop();
     }
     // Once the default edge has stopped, the next edge to start becomes the CLI's.
     await edge.stop();
     edge = await startLocalEdge({ configDir: edge.configDir });
     expect(savedLocalEdge(edge).baseURL).toBe(edge.baseURL);
     expect(cli(["whoami"]).code).toBe(0);
-  });
+    // Two more edges start here, each given up to 90 s to become ready on a busy machine, and an agent task runs.
+  }, 300_000);
 });

@@ -4,7 +4,12 @@ import { join } from "node:path";
 import OpenAI, { APIError } from "openai";
 import type { ChatCompletionChunk, ChatCompletionMessageParam } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadAgentScripts, scriptedTurn, type AgentScript } from "../../gpu-backends/simulator/agent-script.js";
+import {
+  DEFAULT_UNSCRIPTED_ADVICE,
+  loadAgentScripts,
+  scriptedTurn,
+  type AgentScript,
+} from "../../gpu-backends/simulator/agent-script.js";
 import { startSimulator, type Simulator } from "../../gpu-backends/simulator/simulator.js";
 
 const SCRIPT: AgentScript = {
@@ -178,9 +183,56 @@ describe("the scripted agent model", () => {
     expect(streamed.choices[0]!.message.content).toBe("(simulated agent: script fix it has no turn 2)");
   });
 
-  it("answers as the ordinary simulator when no script matches", async () => {
+  it("answers plain chat (no tools) that no script matches as the ordinary simulator", async () => {
     const other = await client.chat.completions.create({ model: "m", messages: [user("something else")] });
     expect(other.choices[0]!.message.content).toMatch(/^sim0 sim1 /);
+  });
+
+  it("refuses an agent conversation (tools offered) that no script matches with 400, saying why and how to run a real model", async () => {
+    const unscripted: ChatCompletionMessageParam[] = [
+      { role: "system", content: "be an agent" },
+      user("write a haiku"),
+    ];
+    const refused = (request: Promise<unknown>) =>
+      request.then(
+        () => expect.fail("answered an unscripted conversation"),
+        (err: unknown) => err as APIError,
+      );
+    const whole = await refused(client.chat.completions.create({ model: "m", messages: unscripted, tools: TOOLS }));
+    expect(whole).toBeInstanceOf(APIError);
+    expect(whole.status).toBe(400);
+    expect(whole.message).toContain("The simulator's scripted agent model has no script for this prompt");
+    expect(whole.message).toContain("gpu-backends/simulator/agent-scripts/");
+    expect(whole.message).toContain(DEFAULT_UNSCRIPTED_ADVICE);
+    // Streamed, the refusal comes before any event, as a server's refusal of a bad request does.
+    const streamed = await refused(
+      client.chat.completions.create({ model: "m", messages: unscripted, tools: TOOLS, stream: true }),
+    );
+    expect([streamed.status, streamed.message]).toEqual([400, whole.message]);
+    // The backend's own advice, as `npm start` gives it, ends the refusal.
+    await sim.backend("a").configure({ unscriptedAdvice: "Run INFERENCE_UPSTREAM=http://x/v1 npm start." });
+    try {
+      const advised = await refused(client.chat.completions.create({ model: "m", messages: unscripted, tools: TOOLS }));
+      expect(advised.message).toMatch(
+        /makes up no answer for any other\. Run INFERENCE_UPSTREAM=http:\/\/x\/v1 npm start\.$/,
+      );
+    } finally {
+      await sim.backend("a").configure({ unscriptedAdvice: DEFAULT_UNSCRIPTED_ADVICE });
+    }
+    // An unknown model is still the model's 404, not the refusal.
+    expect(
+      await refused(client.chat.completions.create({ model: "x", messages: unscripted, tools: TOOLS })),
+    ).toMatchObject({
+      status: 404,
+    });
+    // Without scripts a backend is no agent model: offered tools, it calls one as its fixed rule says.
+    await sim.backend("a").configure({ agentScripts: [] });
+    try {
+      const generic = await client.chat.completions.create({ model: "m", messages: unscripted, tools: TOOLS });
+      expect(generic.choices[0]!.message.tool_calls![0]!.id).toMatch(/^call_sim_/);
+    } finally {
+      await sim.backend("a").configure({ agentScripts: [SCRIPT] });
+    }
   });
 
   it("calls no tool with tool_choice none", async () => {
@@ -249,9 +301,9 @@ describe("the scripted agent model", () => {
       ]);
       const matched = await client.chat.completions.create({ model: "m", messages: [user("(script: other)")] });
       expect(matched.choices[0]!.message.content).toBe("Hello.");
-      const replaced = await client.chat.completions.create({ model: "m", messages: FIRST, tools: TOOLS });
-      // The simulator's own rule again: offered tools after a user message, it calls the first one.
-      expect(replaced.choices[0]!.message.tool_calls![0]!.id).toMatch(/^call_sim_/);
+      // The replaced script no longer plays: the conversation it matched is refused.
+      const replaced = client.chat.completions.create({ model: "m", messages: FIRST, tools: TOOLS });
+      await expect(replaced).rejects.toMatchObject({ status: 400, message: expect.stringMatching(/has no script/) });
 
       const bad = await put("a", JSON.stringify({ scripts: [{ name: "x", match: "y", turns: [] }] }));
       expect(bad.status).toBe(400);

@@ -7,6 +7,7 @@ import {
   checkCall,
   MIN_COMMAND_SECONDS,
   MIN_COMPLETION_TOKENS,
+  modelErrorMessage,
   parseAnswer,
   promptTokens,
   type ChatMessage,
@@ -191,6 +192,17 @@ describe("reading the model's answer", () => {
       tokens: 42,
     });
     expect(parseAnswer({ error: "x" })).toBeNull();
+  });
+
+  it("gives a refused turn's reason in the error's own words, as a problem or as an OpenAI error", () => {
+    expect(modelErrorMessage(400, { code: "invalid_request", detail: "The backend refused the request: no." })).toBe(
+      "The model answered 400: The backend refused the request: no.",
+    );
+    expect(modelErrorMessage(400, { error: { message: "No script.", type: "invalid_request_error" } })).toBe(
+      "The model answered 400: No script.",
+    );
+    expect(modelErrorMessage(404, null)).toBe("The model answered 404: no message");
+    expect(modelErrorMessage(422, { error: "flat" })).toBe("The model answered 422: no message");
   });
 
   it("checks each call against its tool's schema, with an error the model can act on", () => {
