@@ -1,11 +1,13 @@
 #!/usr/bin/env node
-// Runs the bundled CLI (`npm run build:cli`, which `npm install` and `npm ci` run as `prepare`):
-// compiling the TypeScript through tsx on every start cost over a second of CPU.
+// Runs the bundled CLI (`npm run build:cli`, which `npm install`, `npm ci` and packing the
+// `sextant-cli` package run): compiling the TypeScript through tsx on every start cost over a second
+// of CPU. The same file is the bin of the checkout and of the installed package, so paths are taken
+// from the package's own directory (client/ in the checkout).
 import { existsSync, readFileSync, statSync } from "node:fs";
 
-const root = new URL("../../", import.meta.url);
-const built = new URL("client/dist/sextant.js", root);
-const source = new URL("client/cli/entry.ts", root);
+const pkg = new URL("../", import.meta.url);
+const built = new URL("dist/sextant.js", pkg);
+const source = new URL("cli/entry.ts", pkg);
 
 /**
  * In a checkout the bundle can be older than the source (an edit, a pull, a branch switch), and
@@ -17,7 +19,9 @@ function bundleIsCurrent() {
   if (!existsSync(source)) return true;
   try {
     const builtAt = statSync(built).mtimeMs;
-    const inputs = JSON.parse(readFileSync(new URL("client/dist/inputs.json", root), "utf8"));
+    // The paths are the checkout's, from its root.
+    const root = new URL("../", pkg);
+    const inputs = JSON.parse(readFileSync(new URL("dist/inputs.json", pkg), "utf8"));
     return inputs.every((path) => statSync(new URL(path, root)).mtimeMs <= builtAt);
   } catch {
     return false;

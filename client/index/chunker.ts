@@ -1,7 +1,9 @@
 import { createHash } from "node:crypto";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { Language, Parser, type Node } from "web-tree-sitter";
+import { shippedAsset } from "../assets.js";
 import { LANGUAGES, languageOf } from "./languages.js";
 
 export interface Chunk {
@@ -24,8 +26,11 @@ export interface ChunkOptions {
 
 const DEFAULTS = { targetChars: 1200, maxChars: 2400, overlapLines: 3 } as const;
 
-const require = createRequire(import.meta.url);
-const grammarDir = join(dirname(require.resolve("tree-sitter-wasms/package.json")), "out");
+/** The built package's own grammars (those of LANGUAGES alone), or tree-sitter-wasms' from the source. */
+const shippedGrammars = shippedAsset("grammars/");
+const grammarDir = shippedGrammars
+  ? fileURLToPath(shippedGrammars)
+  : join(dirname(createRequire(import.meta.url).resolve("tree-sitter-wasms/package.json")), "out");
 let ready: Promise<void> | undefined;
 const parsers = new Map<string, Promise<Parser>>();
 

@@ -1,15 +1,16 @@
 /**
  * `sextant/sdk/node`: what only Node can do for an SDK caller, here so that `sextant/sdk` itself bundles
  * for browsers and Workers. `questionTranslations` reads the translation table shipped in the package
- * (`protocol/embedder/model/`) the first time a search needs it; the CLI's searches use it too. The path
- * is the same from the sources and from the bundled CLI (`client/dist`): both sit two directories below
- * the package root.
+ * the first time a search needs it; the CLI's searches use it too. The built package carries its own
+ * copy beside its scripts (`client/dist/model/`); the source reads the checkout's
+ * `protocol/embedder/model/`.
  */
 import { readFileSync } from "node:fs";
 import { parseTranslation, type TranslatedWord, type TranslationTable } from "../../protocol/embedder/translation.js";
+import { shippedAsset } from "../assets.js";
 import { translationsWith } from "./translations.js";
 
-const MODEL_DIR = new URL("../../protocol/embedder/model/", import.meta.url);
+const MODEL_DIR = shippedAsset("model/") ?? new URL("../../protocol/embedder/model/", import.meta.url);
 let table: TranslationTable | null | undefined;
 
 /** The shipped table, or null when the package carries none (a search then ranks without it). */
