@@ -293,7 +293,10 @@ describe("CLI start-up benchmark (smoke)", () => {
     const report = reportCliStartup(figures);
     expect(report).toMatch(/\| `sextant --version` \| [\d.]+ \| [\d.]+ \|/);
     expect(report).toMatch(/\| `sextant search` \| [\d.]+ \| [\d.]+ \|/);
-    expect(report).toMatch(/version: [\d.]+ ms CPU \(goal ≤ 150\), -?[\d.]+ ms over `node -e 0`/);
+    // The figure is printed against its baseline; its value is the full run's to judge, not a test's.
+    expect(report).toMatch(
+      /version: [\d.]+ ms CPU, [\d.]+x `node -e 0`'s [\d.]+ ms in the same runs \(goal ≤ 2x\), -?[\d.]+ ms over it/,
+    );
     expect(report).toMatch(/search overhead over the HTTP call: -?[\d.]+ ms CPU \(goal ≤ 250\), -?[\d.]+ ms wall/);
   }, 180_000);
 });
