@@ -1,7 +1,7 @@
 import { Hono } from "hono";
-import { requestId } from "hono/request-id";
 import type { AppEnv } from "./app-env.js";
 import { conventions } from "./middleware/conventions.js";
+import { requestId } from "./middleware/request-id.js";
 import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem.js";
 import { recordRefusal } from "./lake/refusals.js";
 import { admin } from "./routes/admin/index.js";
@@ -16,7 +16,7 @@ import { usage } from "./routes/usage.js";
 import { workspaces } from "./routes/workspaces.js";
 
 const app = new Hono<AppEnv>()
-  .use(requestId({ headerName: "X-Request-Id", limitLength: 128 }))
+  .use(requestId)
   .use(thrownAsErrors)
   .use(conventions)
   .route("/", health)

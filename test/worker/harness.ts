@@ -1,6 +1,7 @@
 import { env, SELF } from "cloudflare:test";
 import { expect } from "vitest";
 import { PROBLEM_CONTENT_TYPE, type ErrorCode } from "../../protocol/errors.js";
+import { REQUEST_ID } from "../../protocol/request-id.js";
 import { ApiKeyInfo, CreatedApiKey, Org, Problem, User } from "../../protocol/schemas.js";
 
 export const ORIGIN = "https://edge.test";
@@ -15,9 +16,9 @@ export interface CallOptions {
 /** The `X-Request-Id` each response of `call` was asked with (null: none), for `expectProblem`. */
 const sentRequestIds = new WeakMap<Response, string | null>();
 
-/** A request id the edge echoes (Hono's `requestId`, at most 128 characters here); it mints a v4 UUID otherwise. */
-const ECHOED_REQUEST_ID = /^[\w=-]{1,128}$/;
-const MINTED_REQUEST_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+/** A request id the edge echoes is one `REQUEST_ID` admits; it mints a v4 UUID otherwise. */
+const ECHOED_REQUEST_ID = REQUEST_ID;
+export const MINTED_REQUEST_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /** One request to the Worker under test, through its real fetch handler. */
 export async function call(path: string, options: CallOptions = {}): Promise<Response> {
