@@ -5,12 +5,15 @@ import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { codeForStatus, ERROR_CODES, PROBLEM_CONTENT_TYPE, problemType, type ErrorCode } from "../protocol/errors.js";
 import type { Problem } from "../protocol/schemas.js";
 import { ConfigError } from "./config.js";
+import { isOpenAIPath, openAIError, openAIParam, type OpenAIErrorFields } from "./openai-errors.js";
 
 export interface ApiErrorOptions {
   headers?: Record<string, string>;
   errors?: Problem["errors"];
   /** Extension members of the problem document, e.g. which limit was hit. */
   extra?: Record<string, unknown>;
+  /** OpenAI's `type`, `code` or `param` where they differ from the code's defaults (openai-errors.ts). */
+  openai?: OpenAIErrorFields;
 }
 
 /** Thrown anywhere in a request; `onError` turns it into a problem+json response. */
@@ -24,9 +27,14 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * The problem document of `error`. It also carries OpenAI's envelope, `error`, so that OpenAI's
+ * SDKs show the detail: on the routes that stand in for OpenAI's API with OpenAI's own `type`,
+ * `code` and `param` (what its clients switch on), elsewhere with Sextant's code in both.
+ */
 export function problemResponse(c: Context, error: ApiError): Response {
   const { status, title } = ERROR_CODES[error.code];
-  const body: Problem & { error: { message: string; type: string; code: string } } = {
+  const body: Problem & { error: { message: string; type: string; code: string | null } } = {
     type: problemType(error.code),
     title,
     status,
@@ -35,12 +43,20 @@ export function problemResponse(c: Context, error: ApiError): Response {
     code: error.code,
     ...(error.options.errors ? { errors: error.options.errors } : {}),
     ...error.options.extra,
-    // OpenAI's error envelope as an extension member, so OpenAI SDKs pointed at the edge show the detail.
-    error: { message: error.detail, type: error.code, code: error.code },
+    error: isOpenAIPath(c.req.path)
+      ? openAIError(error.code, error.detail, { param: fieldParam(error.options.errors), ...error.options.openai })
+      : { message: error.detail, type: error.code, code: error.code },
   };
   const response = c.json(body, status as ContentfulStatusCode, error.options.headers);
   response.headers.set("Content-Type", PROBLEM_CONTENT_TYPE);
   return response;
+}
+
+/** The first offending field of a validation failure (`messages.0.role`), as OpenAI's `param`. */
+function fieldParam(errors: Problem["errors"]): string | null {
+  const path = errors?.[0]?.path;
+  if (!path || path.startsWith("(")) return null;
+  return openAIParam(path.split(".").map((s) => (/^\d+$/.test(s) ? Number(s) : s)));
 }
 
 /** Maps anything thrown to a closed error code; unknown failures never leak their message. */

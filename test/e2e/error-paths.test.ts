@@ -121,9 +121,10 @@ describe("backends that do not answer in time", () => {
     expect(done).toBe(false);
     expect(errors).toEqual([
       {
+        code: "upstream_timeout",
         error: expect.objectContaining({
-          code: "upstream_timeout",
-          type: "upstream_timeout",
+          type: "server_error",
+          code: null,
           message: expect.stringMatching(/sent no token within 500 ms/),
         }),
       },
@@ -137,9 +138,10 @@ describe("backends that do not answer in time", () => {
     expect(done).toBe(false);
     expect(errors).toEqual([
       {
+        code: "upstream_timeout",
         error: expect.objectContaining({
-          code: "upstream_timeout",
-          type: "upstream_timeout",
+          type: "server_error",
+          code: null,
           message: expect.stringMatching(/sent nothing for 1000 ms\. The stream is incomplete\./),
         }),
       },

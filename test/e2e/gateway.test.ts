@@ -233,8 +233,13 @@ describe("the inference gateway with the openai SDK", () => {
     const text = await raw.text();
     const errors = text.split("\n\n").filter((event) => event.startsWith("event: error\n"));
     expect(errors).toHaveLength(1);
-    const error = JSON.parse(errors[0]!.split("\ndata: ")[1]!) as { error: { code: string; message: string } };
-    expect(error.error.code).toBe("upstream_failure");
+    const error = JSON.parse(errors[0]!.split("\ndata: ")[1]!) as {
+      code: string;
+      error: { type: string; code: string | null; message: string };
+    };
+    // Sextant's code, and OpenAI's values in the envelope the SDK raises.
+    expect(error.code).toBe("upstream_failure");
+    expect(error.error).toMatchObject({ type: "server_error", code: null });
     expect(error.error.message).toContain("malformed");
     expect(text).not.toContain("data: [DONE]");
     expect(generations().length).toBeGreaterThanOrEqual(2);

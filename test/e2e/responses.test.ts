@@ -301,10 +301,10 @@ describe("the Responses API on the gateway's chat pools", () => {
       const failed = broken.find((e) => e.event === "response.failed")!;
       expect(failed.data.response).toMatchObject({
         status: "failed",
-        error: { code: "upstream_failure", message: expect.stringContaining("malformed") },
+        error: { code: "server_error", message: expect.stringContaining("malformed") },
         output: [{ type: "message", status: "incomplete", content: [{ text: "sim0 sim1 " }] }],
       });
-      expect(broken.at(-1)).toMatchObject({ event: "error", data: { code: "upstream_failure" } });
+      expect(broken.at(-1)).toMatchObject({ event: "error", data: { code: "server_error" } });
       expect(broken.map((e) => e.event)).not.toContain("response.completed");
     });
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { ApiError } from "../../workers/problem.js";
 import { fromChatCompletion, ResponsesRequest, toChatRequest } from "../../workers/gateway/responses.js";
 import { responsesStream } from "../../workers/gateway/responses-stream.js";
+import { errorEvent } from "../../workers/gateway/legs.js";
 
 const request = (fields: Record<string, unknown>) =>
   ResponsesRequest.parse({ model: "public", input: "Hi", ...fields });
@@ -350,9 +351,8 @@ describe("chat completion streams as Responses streams", () => {
   });
 
   it("ends in response.failed and an error event on the relay's error event, an error chunk, an early end or a break", async () => {
-    const error = { message: "The backend failed mid-stream.", type: "upstream_failure", code: "upstream_failure" };
     const endings: [string[], "close" | "error", RegExp][] = [
-      [[`event: error\ndata: ${JSON.stringify({ error })}\n\n`], "close", /failed mid-stream/],
+      [[errorEvent("upstream_failure", "The backend failed mid-stream.", "req-1")], "close", /failed mid-stream/],
       [[`data: ${JSON.stringify({ error: { message: "Boom", type: "InternalServerError" } })}\n\n`], "close", /Boom/],
       [[], "close", /ended before the answer was whole/],
       [[], "error", /connection reset/],
@@ -363,15 +363,16 @@ describe("chat completion streams as Responses streams", () => {
       expect(types.slice(-2)).toEqual(["response.failed", "error"]);
       expect(types).not.toContain("response.completed");
       const [failed, last] = events.slice(-2);
+      // OpenAI's code for a failure on the server's side.
       expect(failed!.response).toMatchObject({
         status: "failed",
-        error: { code: "upstream_failure", message: expect.stringMatching(message) },
+        error: { code: "server_error", message: expect.stringMatching(message) },
         output: [{ type: "message", status: "incomplete", content: [{ type: "output_text", text: "Hel" }] }],
       });
       expect(last).toMatchObject({
-        code: "upstream_failure",
+        code: "server_error",
         message: expect.stringMatching(message),
-        error: { type: "upstream_failure", message: expect.stringMatching(message) },
+        error: { type: "server_error", code: "server_error", message: expect.stringMatching(message) },
       });
     }
   });

@@ -6,6 +6,8 @@ import type { Balancer, Location } from "./balancer.js";
 import type { Gateway, ResolvedEndpoint, ResolvedPool, Surface } from "./config.js";
 import type { PriorityClass } from "../../protocol/gateway.js";
 import type { SseReader } from "./sse.js";
+import type { ErrorCode } from "../../protocol/errors.js";
+import { openAIError } from "../openai-errors.js";
 
 export interface Usage {
   promptTokens: number;
@@ -147,8 +149,13 @@ export function parseEvent(data: string): { value: Record<string, unknown> } | {
   return { value: value as Record<string, unknown> };
 }
 
-export function errorEvent(code: string, message: string, requestId: string): string {
-  return `event: error\ndata: ${JSON.stringify({ error: { message, type: code, code, request_id: requestId } })}\n\n`;
+/**
+ * The one event that ends a stream that broke: like a problem document, Sextant's code beside
+ * OpenAI's envelope with OpenAI's values (`server_error`), which the `openai` SDK raises.
+ */
+export function errorEvent(code: ErrorCode, message: string, requestId: string): string {
+  const data = { code, error: { ...openAIError(code, message), request_id: requestId } };
+  return `event: error\ndata: ${JSON.stringify(data)}\n\n`;
 }
 
 /** The attempt that answered, and how to give its endpoint slot back. */

@@ -252,13 +252,14 @@ class Translator {
   /**
    * The answer broke: the response fails with what it had so far, and an `error` event follows in
    * both of OpenAI's shapes (flat, and under `error`, which the `openai` SDK raises as an APIError).
+   * A break on the backends' side is OpenAI's `server_error`, as its own failed responses say.
    */
   fail(error: unknown): void {
     if (this.ended) return;
     this.ended = "failed";
     const found = isObject(error) ? error : {};
     const message = typeof found.message === "string" ? found.message : String(error);
-    const code = typeof found.code === "string" ? found.code : "upstream_failure";
+    const code = typeof found.code === "string" ? found.code : "server_error";
     // The items still open, as far as they got.
     const output = [...this.output];
     if (this.reasoning) output[this.reasoning.index] = reasoningItem(this.reasoning.id, this.reasoning.text);
@@ -273,7 +274,7 @@ class Translator {
     this.emit("response.failed", {
       response: this.response({ status: "failed", error: { code, message }, output, usage: this.usage }),
     });
-    this.emit("error", { code, message, param: null, error: { type: code, code, message, param: null } });
+    this.emit("error", { code, message, param: null, error: { type: "server_error", code, message, param: null } });
   }
 }
 

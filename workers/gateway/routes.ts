@@ -97,7 +97,10 @@ function location(c: Context<AppEnv>, fallback: Location): Location {
 async function handle(c: Context<AppEnv>, surface: Surface, body: Record<string, unknown> & { model: string }) {
   const { gateway, balancer } = gatewayOr503(c);
   const pool = gateway.poolFor(surface, body.model);
-  if (!pool) throw new ApiError("not_found", `No model named ${body.model} is served here; GET /v1/models lists them.`);
+  if (!pool)
+    throw new ApiError("not_found", `No model named ${body.model} is served here; GET /v1/models lists them.`, {
+      openai: { code: "model_not_found" },
+    });
 
   const background = c.req.header(PRIORITY_HEADER)?.toLowerCase() === "background";
   const cls: PriorityClass = background ? "background" : poolClass(pool.role);

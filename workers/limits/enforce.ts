@@ -75,6 +75,8 @@ function refusal(decision: Extract<Decision, { ok: false }>): ApiError {
   return new ApiError("rate_limited", `Rate limit reached: ${check.describe}.${reserved} Retry after ${seconds} s.`, {
     headers,
     extra: { limit: decision.check.policy },
+    // OpenAI names which kind of limit it was in the error's type.
+    openai: { type: check.bucket.name.endsWith(":tokens") ? "tokens" : "requests" },
   });
 }
 

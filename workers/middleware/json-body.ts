@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
+import { openAIParam } from "../openai-errors.js";
 import { ApiError } from "../problem.js";
 
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
@@ -40,9 +41,33 @@ export function validated<S extends z.ZodType>(schema: S, value: unknown, what: 
     }));
     const summary = errors.map((e) => `${e.path}: ${e.message}`).join("; ");
     const subject = what === "body" ? "The request body" : "The query";
-    throw new ApiError("invalid_request", `${subject} is invalid: ${summary}`, { errors });
+    const first = result.error.issues[0]!;
+    throw new ApiError("invalid_request", `${subject} is invalid: ${summary}`, {
+      errors,
+      openai: { code: openAICode(first, value), param: openAIParam(first.path) },
+    });
   }
   return result.data;
+}
+
+/**
+ * OpenAI's `code` for a field that fails validation: a field left out is
+ * `missing_required_parameter`, one of the wrong JSON type `invalid_type`, an empty list where one
+ * item is the least `empty_array`, and any other bad value `invalid_value`.
+ */
+function openAICode(issue: z.core.$ZodIssue, value: unknown): string {
+  if (issue.code === "invalid_type") return present(value, issue.path) ? "invalid_type" : "missing_required_parameter";
+  if (issue.code === "too_small" && issue.origin === "array" && Number(issue.minimum) === 1) return "empty_array";
+  return "invalid_value";
+}
+
+function present(value: unknown, path: readonly PropertyKey[]): boolean {
+  let at = value;
+  for (const key of path) {
+    if (typeof at !== "object" || at === null || !Object.hasOwn(at, key)) return false;
+    at = (at as Record<PropertyKey, unknown>)[key];
+  }
+  return at !== undefined;
 }
 
 /** The request body as text: 400 when it is not UTF-8 (the body guard's own 413 and 408 stand). */
