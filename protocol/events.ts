@@ -7,6 +7,7 @@
  * the edge share these schemas.
  */
 import { z } from "zod";
+import { REQUEST_ID } from "./request-id.js";
 
 /** The most events one `POST /v1/events` may carry. */
 export const MAX_EVENTS_PER_BATCH = 500;
@@ -65,8 +66,11 @@ const count = z.number().int().min(0).max(100_000_000);
 const common = {
   id: EventId,
   at: EventTime,
-  /** The `X-Request-Id` of the edge request the event is about (a UUID): joins it to the edge's own record. */
-  request_id: ClientId(1).optional(),
+  /**
+   * The `X-Request-Id` of the edge request the event is about: joins it to the edge's own record. Any
+   * id the edge answers with (minted, or the client's own it kept) is accepted, and nothing else.
+   */
+  request_id: z.string().regex(REQUEST_ID, "a request id: 1 to 64 letters, digits and _ . : -").optional(),
   /** The editor session (the `TabSession` id, a UUID). */
   session_id: ClientId(1).optional(),
   /** The public model name the request named. */

@@ -221,6 +221,8 @@ describe("an event's named fields", () => {
       ["id", tabShown(at, { id: blob(41) })],
       ["request_id", tabShown(at, { request_id: blob(128) })],
       ["request_id", tabShown(at, { request_id: sentence })],
+      ["request_id", tabShown(at, { request_id: blob(65) })],
+      ["request_id", tabShown(at, { request_id: "svc/42" })],
       ["session_id", tabShown(at, { session_id: blob(128) })],
       ["client", tabShown(at, { client: `vscode/${blob(57)}` })],
       ["client", tabShown(at, { client: blob(64) })],
@@ -275,6 +277,12 @@ describe("an event's named fields", () => {
         tabShown(at, { client }),
       ),
       tabShown(at, { id: "01ARZ3NDEKTSV4RRFFQ69G5FAV", request_id: `req-${crypto.randomUUID()}` }),
+      // Every id the edge keeps as a client's own, so an event can quote whatever the edge answered with.
+      ...[
+        `continue-cli:${crypto.randomUUID()}`,
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "7".repeat(64),
+      ].map((request_id) => tabShown(at, { request_id })),
       { id: crypto.randomUUID(), type: "agent.outcome", at, task_id: newId("task"), outcome: "applied" },
     ];
     const answer = await expectJson(
