@@ -937,9 +937,16 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       includeUsage: !!r.data.stream && !!r.data.stream_options?.include_usage,
     };
   },
-  "POST /v1/messages": (body) => {
+  "POST /v1/messages": (body, o) => {
     const r = MessagesBody.safeParse(body);
     if (!r.success) return firstIssue(r.error);
+    // As on the chat route: a backend with scripts is the scripted agent model, which says why it
+    // has no turn for an agent conversation none matches rather than answer it with filler.
+    const agentic = (r.data.tools?.length ?? 0) > 0 && r.data.tool_choice?.type !== "none";
+    const refusal =
+      agentic && o.agentScripts.length > 0 && !scriptedTurn(o.agentScripts, r.data.messages)
+        ? unscriptedRefusal(o.unscriptedAdvice)
+        : undefined;
     const chars = (blocks: z.infer<typeof Blocks> | undefined) =>
       typeof blocks === "string" ? blocks.length : (blocks ?? []).reduce((sum, b) => sum + (b.text?.length ?? 0), 0);
     // It calls a tool only when made to: a simulator does not decide.
@@ -966,6 +973,7 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
     if (thinking && r.data.thinking!.budget_tokens! >= r.data.max_tokens)
       return "max_tokens must be greater than thinking.budget_tokens";
     return {
+      ...(refusal ? { refusal } : {}),
       ...(tool ? { tool } : {}),
       ...(thinking ? { thinking } : {}),
       prefixes,

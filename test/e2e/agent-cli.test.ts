@@ -25,11 +25,13 @@ import {
   copyOfRepo,
   startAgentStack,
   startTestSandboxHost,
+  taskEnded,
   taskEvents,
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
 import { sextantAsync } from "../support/local-edge.js";
+import { LOCAL_ANTHROPIC_MODEL } from "../../scripts/local-gateway.js";
 
 let host: SandboxHostHandle;
 let stack: AgentStack;
@@ -222,6 +224,25 @@ describe("sextant agent", () => {
     expect(ended).toMatchObject({ type: "task.ended", data: { status: "failed", reason: "model_error" } });
     expect(String(ended.data!.message)).toContain(explanation);
     expect(String(ended.data!.message)).toContain(recipe);
+  });
+
+  it("fails a task on the simulated Anthropic model (claude-simulated) that has no script, saying why, through the gateway's translation", async () => {
+    const { id } = await stack.sdk.agents.create({ prompt: "write a haiku", model: LOCAL_ANTHROPIC_MODEL });
+    await stack.sdk.agents.uploadFiles(id, [{ path: "README.md", content: "eA==" }]);
+    await stack.sdk.agents.start(id);
+    const task = await taskEnded(stack.sdk, id);
+    expect([task.status, task.endReason, task.usage.turns, task.model]).toEqual([
+      "failed",
+      "model_error",
+      0,
+      LOCAL_ANTHROPIC_MODEL,
+    ]);
+    const ended = (await taskEvents(stack.sdk, id)).at(-1)!;
+    expect(ended).toMatchObject({ type: "task.ended", data: { status: "failed", reason: "model_error" } });
+    expect(String(ended.data!.message)).toMatch(/^The model answered 400: .*has no script for this prompt/);
+    expect(String(ended.data!.message)).toContain(
+      "INFERENCE_UPSTREAM=http://127.0.0.1:11434/v1 AGENT_MODEL=qwen2.5-coder:7b npm start",
+    );
   });
 
   it("lists the task, and prints its logs as text and as JSON lines", async () => {

@@ -1,6 +1,7 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI, { APIError } from "openai";
 import type { ChatCompletionChunk, ChatCompletionMessageParam } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -41,6 +42,15 @@ beforeAll(async () => {
     backends: [
       { id: "a", kind: "openai", models: ["m"], agentScripts: [SCRIPT], ttftMs: 1, tokensPerSecond: 2000 },
       { id: "faulty", models: ["m"], agentScripts: [SCRIPT], ttftMs: 1, tokensPerSecond: 2000 },
+      {
+        id: "claude",
+        kind: "anthropic",
+        models: ["c"],
+        apiKey: null,
+        agentScripts: [SCRIPT],
+        ttftMs: 1,
+        tokensPerSecond: 2000,
+      },
     ],
     control: true,
   });
@@ -232,6 +242,56 @@ describe("the scripted agent model", () => {
       expect(generic.choices[0]!.message.tool_calls![0]!.id).toMatch(/^call_sim_/);
     } finally {
       await sim.backend("a").configure({ agentScripts: [SCRIPT] });
+    }
+  });
+
+  it("refuses, as Anthropic's Messages API, an agent conversation (tools offered) that no script matches with 400 in Anthropic's envelope", async () => {
+    const claude = new Anthropic({
+      baseURL: sim.backend("claude").url.replace(/\/v1$/, ""),
+      apiKey: "unused",
+      maxRetries: 0,
+    });
+    const tools = TOOLS.map(({ function: f }) => ({ name: f.name, input_schema: { type: "object" as const } }));
+    const ask = (prompt: string) => ({
+      model: "c",
+      max_tokens: 8,
+      system: "be an agent",
+      messages: [{ role: "user" as const, content: [{ type: "text" as const, text: prompt }] }],
+    });
+    const refused = (request: Promise<unknown>) =>
+      request.then(
+        () => expect.fail("answered an unscripted conversation"),
+        (err: unknown) => err as InstanceType<typeof Anthropic.APIError>,
+      );
+    const whole = await refused(claude.messages.create({ ...ask("write a haiku"), tools }));
+    expect(whole).toBeInstanceOf(Anthropic.BadRequestError);
+    expect(whole.error).toEqual({
+      type: "error",
+      error: {
+        type: "invalid_request_error",
+        message: expect.stringContaining("The simulator's scripted agent model has no script for this prompt"),
+      },
+    });
+    const message = (whole.error as { error: { message: string } }).error.message;
+    expect(message).toContain("gpu-backends/simulator/agent-scripts/");
+    expect(message.endsWith(DEFAULT_UNSCRIPTED_ADVICE)).toBe(true);
+    // Streamed, the refusal comes before any event.
+    const streamed = await refused(claude.messages.create({ ...ask("write a haiku"), tools, stream: true }));
+    expect([streamed.status, streamed.error]).toEqual([400, whole.error]);
+    // A matching conversation, plain chat, and tool_choice none are answered as before.
+    const scripted = await claude.messages.create({ ...ask("Please fix it (script: fix-it)"), tools });
+    expect(scripted.stop_reason).toBe("max_tokens");
+    const plain = await claude.messages.create(ask("write a haiku"));
+    expect(plain.content).toEqual([{ type: "text", text: "sim0 sim1 sim2 sim3 sim4 sim5 sim6 sim7 " }]);
+    const none = await claude.messages.create({ ...ask("write a haiku"), tools, tool_choice: { type: "none" } });
+    expect(none.content).toEqual(plain.content);
+    // Without scripts a backend is no agent model, and answers as Anthropic's stand-in always has.
+    await sim.backend("claude").configure({ agentScripts: [] });
+    try {
+      const generic = await claude.messages.create({ ...ask("write a haiku"), tools });
+      expect(generic.content).toEqual(plain.content);
+    } finally {
+      await sim.backend("claude").configure({ agentScripts: [SCRIPT] });
     }
   });
 
