@@ -135,8 +135,9 @@ export class HotIndex extends HotVectors {
    * merged: exact where the scans are. Past `exactLimit` pieces, the 1-bit scan re-scores as many
    * of the pieces as of the entries (16 per result): re-scoring as many as the bound asks made a
    * search at 100,000 chunks and 300,000 pieces 1.30x the old embedder's at p50 (`npm run
-   * bench:scale`, one run of a build with at most 4 pieces; README), while at this share the search
-   * kept 0.980 of the exact top 10 on real code, against 0.959 without pieces (`bench/pieces-recall.ts`).
+   * bench:scale`, one run of a build with at most 4 pieces; docs/benchmarks.md, "Search at scale"),
+   * while at this share the search kept 0.980 of the exact top 10 on real code, against 0.959
+   * without pieces (`bench/pieces-recall.ts`).
    */
   queryVector(query: Float32Array, k: number, filter: HotFilter = {}): HotHit[] {
     const own = this.nearest(query, k, filter);

@@ -171,7 +171,10 @@ export const LimitsConfig = z
       events: "open",
       admin: "closed",
     }),
-    /** How much of a limit an isolate may hold as a local lease (the fast path); see README. */
+    /**
+     * How much of a limit an isolate may hold as a local lease (the fast path; docs/rate-limits.md,
+     * "How it is enforced").
+     */
     lease: z
       .object({
         /** Largest lease, as a share of the limit. */

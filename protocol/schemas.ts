@@ -46,7 +46,7 @@ export const Org = z.object({
   id: z.string(),
   name: z.string(),
   plan: Plan,
-  /** Rate limits that replace the plan's, class by class (README, "Rate limits"). */
+  /** Rate limits that replace the plan's, class by class (docs/rate-limits.md). */
   limits: LimitOverrides.nullable().default(null),
   eventContent: EventContent.default("none"),
   createdAt: timestamp,

@@ -4,7 +4,7 @@
  * the built-in embedder's model among them), and Cloudflare's free plan refuses a Worker over 3 MB
  * compressed: the refusal reads "Your Worker exceeded the size limit of 3 MiB", so 3 MiB it is.
  * The model's int8 table is close to incompressible (gzip saves about 6% of a 20k × 128 table), so
- * nearly all of its bytes count: README, "Embedders", has the budget.
+ * nearly all of its bytes count: docs/configuration.md, "Embedders", has the budget.
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";

@@ -16,7 +16,7 @@ export SEXTANT_START_COMMAND="$WORK/node $WORK/start.mjs"
 export SEXTANT_BUNDLES="$WORK"
 export WRANGLER_SEND_METRICS=false
 # The lent machine has no bubblewrap and runs nothing but this benchmark: its sandboxes use the
-# `direct` driver, named here because npm start never picks it by itself (README, "Agents").
+# `direct` driver, named here because npm start never picks it by itself (docs/agents.md, "Sandboxes").
 export SEXTANT_SANDBOX_DRIVER="${SEXTANT_SANDBOX_DRIVER:-direct}"
 cd "$HERE"
 env "$@" "$WORK/node" "$WORK/bench-agents.mjs"

@@ -120,9 +120,9 @@ describe("malformed HTTP at the local edge", () => {
   });
 
   /**
-   * What the README's error section says workerd answers itself, before the Worker runs: no
+   * What docs/http-api.md's "Errors" section says workerd answers itself, before the Worker runs: no
    * request id and no problem document. A workerd that starts passing any of these to the Worker
-   * fails here, and the README must change with it.
+   * fails here, and that page must change with it.
    */
   const runtime: [string, string, number][] = [
     ["an unknown method", "FOO /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 501],

@@ -3,10 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
  * What the Workers runtime does with the streams a relay could use, pinned because the gateway's
- * relay is built on it (README, "Why the gateway relays streams in JavaScript"): the backend's body
- * cannot be piped natively into the response and still be followed by an error event, and a
- * response stream that errors ends the client's body as if it were whole. If a runtime update
- * changes either, these fail, and a native relay becomes possible.
+ * relay is built on it (docs/gateway.md, "How requests are routed": why streams are relayed in
+ * JavaScript): the backend's body cannot be piped natively into the response and still be
+ * followed by an error event, and a response stream that errors ends the client's body as if it
+ * were whole. If a runtime update changes either, these fail, and a native relay becomes possible.
  */
 const WORKER = `
 export default {

@@ -161,9 +161,24 @@ describe("GET /admin/gateway", () => {
     expect(Date.parse(east.health.probe!.at)).toBeLessThanOrEqual(Date.parse(status.at));
   });
 
+  /** The setting to change and the docs section that explains it. */
+  const NO_BACKENDS = /set GATEWAY_CONFIG or INFERENCE_UPSTREAM \(docs\/gateway\.md, "Pointing it at real backends"\)/;
+
   it("answers 404 on an edge with no backends configured", async () => {
     const problem = await expectProblem(await withConfig(undefined), 404, "not_found");
-    expect(problem.detail).toMatch(/GATEWAY_CONFIG or INFERENCE_UPSTREAM/);
+    expect(problem.detail).toMatch(NO_BACKENDS);
+  });
+
+  it("answers the gateway's own routes with 503 on such an edge, with the same hint", async () => {
+    const ctx = createExecutionContext();
+    const response = await worker.fetch(
+      new Request(`${ORIGIN}/v1/models`, { headers: { Authorization: `Bearer ${account.key.key}` } }),
+      { ...env, GATEWAY_CONFIG: undefined } as unknown as Env,
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    const problem = await expectProblem(response, 503, "unavailable");
+    expect(problem.detail).toMatch(NO_BACKENDS);
   });
 
   it("tells the operator why an invalid configuration is refused", async () => {

@@ -3,7 +3,7 @@
  * lake's Parquet files (the same files a data team queries, so the figures agree with theirs), usage
  * and agent tasks from D1, abuse throttles, rate-limit refusals and the gateway's health.
  *
- * Definitions, stated once (README, "The operator's dashboard"):
+ * Definitions, stated once (docs/data-pipeline.md, "The operator's dashboard"):
  * - acceptance rate: `tab.accepted` events over `tab.shown` events;
  * - latency: `ttft_ms` and `total_ms` of `edge_requests` rows with `class = 'tab'` and
  *   `outcome = 'completed'`, as discrete percentiles (DuckDB's `quantile_disc`).

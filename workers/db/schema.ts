@@ -14,7 +14,10 @@ export const orgs = sqliteTable("orgs", {
   plan: text("plan", { enum: PLANS }).notNull().default("free"),
   /** Per-org rate limit overrides (JSON, protocol/limits.ts), replacing the plan's class by class. */
   limits: text("limits", { mode: "json" }).$type<LimitOverrides>(),
-  /** Whether its editor events may carry content, sealed with a key the org holds (README, "Data pipeline"). */
+  /**
+   * Whether its editor events may carry content, sealed with a key the org holds
+   * (docs/data-pipeline.md, "Sending events").
+   */
   eventContent: text("event_content", { enum: EVENT_CONTENT }).notNull().default("none"),
   createdAt: createdAt(),
 });

@@ -3,8 +3,8 @@ import { parseStaticModel, type StaticModel } from "../../protocol/embedder/stat
 // version, so the query side and the document side can never be embedded by two different models
 // mid-deploy, a deployment replaces both atomically, and a cold isolate reads them from its own
 // bundle with no R2 round trip or cache miss before its first embedding. The cost is bundle size
-// (README, "Embedders": about 2.6 MB raw for 20k terms × 128 dims, under the 3 MB compressed cap
-// `npm run check` enforces).
+// (docs/configuration.md, "Embedders": about 2.6 MB raw for 20k terms × 128 dims, under the 3 MB
+// compressed cap `npm run check` enforces).
 import weights from "../../protocol/embedder/model/weights.bin";
 import vocab from "../../protocol/embedder/model/vocab.txt";
 

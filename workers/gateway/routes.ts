@@ -79,7 +79,7 @@ function gatewayOr503(c: Context<AppEnv>) {
   if (!runtime)
     throw new ApiError(
       "unavailable",
-      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (README, "Inference gateway").',
+      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (docs/gateway.md, "Pointing it at real backends").',
     );
   refreshHealth(c.env, runtime.balancer, (p) => c.executionCtx.waitUntil(p));
   return runtime;

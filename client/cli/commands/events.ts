@@ -32,7 +32,9 @@ export function parseEvents(text: string): EditorEvent[] {
 }
 
 export function eventCommands(program: Command): void {
-  const events = program.command("events").description('Editor events for the lake (README, "Data pipeline")');
+  const events = program
+    .command("events")
+    .description('Editor events for the lake (docs/data-pipeline.md, "Sending events")');
   events
     .command("send")
     .description("Send editor events from a file (a JSON array or JSON lines), or standard input with -")

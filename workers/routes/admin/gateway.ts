@@ -41,7 +41,7 @@ export async function gatewayStatus(env: Env): Promise<GatewayStatus> {
   if (!runtime)
     throw new ApiError(
       "not_found",
-      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (README, "Inference gateway").',
+      'No inference backends are configured on this edge: set GATEWAY_CONFIG or INFERENCE_UPSTREAM (docs/gateway.md, "Pointing it at real backends").',
     );
   const { gateway, balancer } = runtime;
   let records: Awaited<ReturnType<typeof healthRecords>>;
