@@ -69,6 +69,32 @@ describe("D1 unavailable during an API key's lookup", () => {
   }, 30_000);
 });
 
+describe("D1 refusing a key's last-used write", () => {
+  it("serves the request and logs the failed write, which nothing else awaits", async () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => {});
+    const { key } = await createAccount();
+    // A real D1 failure of that write alone: the lookup reads the key, the update is aborted.
+    await env.DB.exec(
+      "CREATE TRIGGER last_used_refused BEFORE UPDATE OF last_used_at ON api_keys BEGIN SELECT RAISE(ABORT, 'last-used refused'); END",
+    );
+    try {
+      expect((await call("/v1/me", { token: key.key })).status).toBe(200);
+      // The write runs after the response, under waitUntil: its rejection would otherwise be the
+      // runtime's uncaught exception, which nobody reads.
+      await vi.waitFor(
+        () => {
+          const logged = errors.mock.calls.map((args) => String(args[0]));
+          expect(logged.some((line) => line.includes("API key last-used update failed"))).toBe(true);
+          expect(logged.join("\n")).not.toContain(key.key);
+        },
+        { timeout: 10_000, interval: 50 },
+      );
+    } finally {
+      await env.DB.exec("DROP TRIGGER last_used_refused");
+    }
+  }, 30_000);
+});
+
 describe("limiter objects that cannot be reached", () => {
   it("refuses the admin class, which fails closed, with 503 `unavailable` and Retry-After", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});

@@ -89,6 +89,18 @@ async function lookUp(
   const principal = await findPrincipalByHash(db, hash);
   cache.set(hash, principal, ticket);
   // Touch only on a lookup: last-used is accurate to the cache TTL and costs no write per request.
-  if (principal && !principal.key.revokedAt) waitUntil(touchApiKey(db, principal.key.id, new Date()));
+  // Its failure costs one stale last-used time, never the request, so it is logged and let go.
+  if (principal && !principal.key.revokedAt)
+    waitUntil(
+      touchApiKey(db, principal.key.id, new Date()).catch((err: unknown) =>
+        console.error(
+          JSON.stringify({
+            level: "warn",
+            message: "API key last-used update failed",
+            error: err instanceof Error ? `${err.name}: ${err.message}` : String(err),
+          }),
+        ),
+      ),
+    );
   return principal;
 }
