@@ -12,6 +12,7 @@ import { join, resolve } from "node:path";
 import { prebuildEdge } from "./prebuilt-edge.js";
 import { EDGE_LOG_DIR, scanRuntimeLogFiles } from "./runtime-log-scan.js";
 import { summarize, type TestSummary } from "./test-summary.js";
+import { describeExplained, explainUncaughtFile, QuietFilter } from "./uncaught-log.js";
 
 const REPORT = ".vitest/results.json";
 /** vitest's own output: the pool's workerd and any Miniflare run inside a test process write there. */
@@ -36,11 +37,15 @@ async function runTee(command: string, args: string[], file: string): Promise<bo
   for (const [from, to] of [
     [child.stdout, process.stdout],
     [child.stderr, process.stderr],
-  ] as const)
+  ] as const) {
+    // What verbose workerd writes of failures that were handled goes to the file only.
+    const quiet = new QuietFilter();
     from.on("data", (d: Buffer) => {
-      to.write(d);
+      to.write(quiet.write(d));
       writeSync(log, d);
     });
+    from.on("end", () => to.write(quiet.end()));
+  }
   const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
   closeSync(log);
   return code === 0;
@@ -109,6 +114,18 @@ if (faults.length > 0) {
   for (const fault of faults) console.log(`${fault.file}:${fault.line}: ${fault.text}`);
 }
 checks.push({ name: `Workers runtime log scan (${logs.length} logs)`, ok: faults.length === 0 });
+
+// Verbose workerd writes `uncaught exception` for failures that were handled; scripts/uncaught-log.ts
+// names those, and anything else in the output fails the run, so that a real one is seen.
+const uncaught = await explainUncaughtFile(OUTPUT);
+if (uncaught.unexplained.length > 0) {
+  console.log(`\nUncaught exceptions in ${OUTPUT} that no rule of scripts/uncaught-log.ts explains:`);
+  for (const at of uncaught.unexplained) console.log(`${OUTPUT}:${at.line}: ${at.text}`);
+}
+checks.push({
+  name: `workerd's uncaught-exception lines in vitest's output: ${uncaught.unexplained.length} unexplained (explained: ${describeExplained(uncaught)})`,
+  ok: uncaught.unexplained.length === 0,
+});
 
 console.log("");
 for (const check of checks) console.log(`${check.ok ? "ok    " : "FAILED"} ${check.name}`);
