@@ -19,7 +19,7 @@ import { edgeLogFile } from "../support/local-edge.js";
 /** A short run of each benchmark, so that CI notices when one breaks; the figures come from full runs. */
 describe("benchmarks (smoke)", () => {
   it("search-scale fills a Workspace object and reports latency, memory and segments", () => {
-    const run = spawnSync("npx", ["vitest", "run", "--config", "vitest.scale.config.ts"], {
+    const run = spawnSync("npx", ["vitest", "run", "--project", "scale"], {
       cwd: new URL("../../", import.meta.url).pathname,
       env: { ...process.env, SCALE_POINTS: "3000", SCALE_QUERIES: "20" },
       encoding: "utf8",
@@ -260,7 +260,7 @@ describe("benchmarks (smoke)", () => {
 
 describe("rate limit benchmarks (smoke)", () => {
   it("limiter accuracy runs 8 simulated isolates against one limiter object and reports the error", () => {
-    const run = spawnSync("npx", ["vitest", "run", "--config", "vitest.limits.config.ts"], {
+    const run = spawnSync("npx", ["vitest", "run", "--project", "limits"], {
       cwd: new URL("../../", import.meta.url).pathname,
       env: { ...process.env, LIMITS_BENCH_SCALE: "0.1" },
       encoding: "utf8",

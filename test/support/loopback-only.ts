@@ -1,6 +1,6 @@
 /**
  * `npm test` needs no network beyond this machine: every Node test file runs with this set up
- * (vitest.node.config.ts), and a connection from the test's process to anything but loopback or a
+ * (vitest.config.ts), and a connection from the test's process to anything but loopback or a
  * local socket is refused before it starts, with an error that names where it was going. Processes
  * the tests start (an edge, the CLI) are held to it by test/client/loopback-only.test.ts's reading
  * of the test tree instead.
