@@ -5,6 +5,10 @@
  * that is not a test (the type checks, the prebuilt edge, the log scan, a skip nothing excuses)
  * reported on a line of its own and, when it fails, counted as one failure more, so that the line
  * never says 0 failed of a run that failed. Extra arguments go to vitest.
+ *
+ * `--quick` (`npm run test:quick`) is the contributor's tier: the Worker's tests and the client's
+ * unit tests, with no type check, no local edge and no end-to-end or benchmark smoke run, read and
+ * summed the same way.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
@@ -51,10 +55,41 @@ async function runTee(command: string, args: string[], file: string): Promise<bo
   return code === 0;
 }
 
+const quick = process.argv.includes("--quick");
+/**
+ * The quick tier's files: the client's unit tests and the Worker's tests of its parts taken one at a
+ * time, within about 3 minutes of CPU on two cores. A Worker test file costs about 4 s of CPU before
+ * its first test (a runtime of its own, sent every module it imports), so the files that send
+ * requests through the whole Worker (its harness or `SELF`), most of them, are left to `npm test`;
+ * so are the client tests that check the checkout as a whole (every dependency's licence, the docs'
+ * links). vitest keeps a file that matches any filter, the worker project's under test/worker/.
+ */
+function quickArgs(): string[] {
+  const routeLevel = readdirSync("test/worker")
+    .filter((name) => name.endsWith(".test.ts"))
+    .map((name) => `test/worker/${name}`)
+    .filter((file) => /from "\.\/harness\.js"|\bSELF\b/.test(readFileSync(file, "utf8")));
+  const wholeCheckout = [
+    "test/client/licences.test.ts",
+    "test/client/third-party-notices.test.ts",
+    "test/client/docs-links.test.ts",
+  ];
+  return [
+    "--project",
+    "worker",
+    "--project",
+    "node",
+    ...[...routeLevel, ...wholeCheckout].flatMap((file) => ["--exclude", file]),
+    "test/worker/",
+    "test/client/",
+  ];
+}
+
 /** The checks that are not tests, each with its outcome, for the closing lines. */
 const checks: { name: string; ok: boolean }[] = [];
-for (const project of ["tsconfig.json", "tsconfig.node.json"])
-  checks.push({ name: `type check of ${project}`, ok: run("npx", ["tsc", "-p", project]) });
+if (!quick)
+  for (const project of ["tsconfig.json", "tsconfig.node.json"])
+    checks.push({ name: `type check of ${project}`, ok: run("npx", ["tsc", "-p", project]) });
 
 mkdirSync(".vitest", { recursive: true });
 rmSync(REPORT, { force: true });
@@ -63,7 +98,7 @@ rmSync(EDGE_LOG_DIR, { recursive: true, force: true });
 // Every local edge the tests start runs one bundle, built and migrated here once for the run
 // (scripts/prebuilt-edge.ts), rather than bundling and migrating again at each start; the tests of
 // `npm start` and `npm run dev` themselves start theirs the newcomer's way.
-if (!process.env.SEXTANT_PREBUILT_EDGE) {
+if (!quick && !process.env.SEXTANT_PREBUILT_EDGE) {
   const dir = resolve(PREBUILT_EDGE);
   rmSync(dir, { recursive: true, force: true });
   try {
@@ -79,10 +114,18 @@ if (!process.env.SEXTANT_PREBUILT_EDGE) {
   }
 }
 // Files or a `-t` filter on the command line narrow the run, and vitest skips what was not asked for.
-const vitestArgs = process.argv.slice(2);
+const vitestArgs = process.argv.slice(2).filter((arg) => arg !== "--quick");
 const vitestOk = await runTee(
   "npx",
-  ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${REPORT}`, ...vitestArgs],
+  [
+    "vitest",
+    "run",
+    "--reporter=default",
+    "--reporter=json",
+    `--outputFile.json=${REPORT}`,
+    ...(quick ? quickArgs() : []),
+    ...vitestArgs,
+  ],
   OUTPUT,
 );
 let summary: TestSummary | undefined;
@@ -90,7 +133,7 @@ try {
   summary = summarize(readFileSync(REPORT, "utf8"), {
     root: process.cwd(),
     asRoot: process.getuid?.() === 0,
-    narrowed: vitestArgs.length > 0,
+    narrowed: quick || vitestArgs.length > 0,
   });
 } catch (err) {
   console.log(`\nvitest's report ${REPORT} could not be read: ${String(err)}`);
