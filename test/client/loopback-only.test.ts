@@ -62,7 +62,13 @@ function testTree(dir = join(ROOT, "test")): string[] {
 /** What in a test file would download from a registry, in this process or one it starts. */
 const DOWNLOADS: [what: string, pattern: RegExp][] = [
   ["the eval's downloaders (eval/fetch.ts, eval/debian.ts)", /\b(fetchTarball|fetchDeb|measurePrecision)\b/],
-  ["a package manager that fetches", /\b(npm|npx|pnpm|yarn)["',\s]+(pack|view|info|install|ci|add|i)\b|pip3? install/],
+  // A run, not a mention: a package manager started with a subcommand that resolves from a registry
+  // (as a process's command and arguments, or in a shell line), unless it runs `--offline`. Quoting
+  // the README's `npm install && npm start` in an assertion, or packing a local folder, fetches nothing.
+  [
+    "a package manager that fetches",
+    /\b\w+\(\s*["'`](npm|npx|pnpm|yarn)["'`]\s*,\s*\[\s*["'`](view|info|install|ci|add|i|exec|dlx)["'`](?![^\]]*--offline)|\b(exec|execSync|spawn|spawnSync)\(\s*["'`](?:[^"'`]*[;&|]\s*)?(npm|npx|pnpm|yarn)\s+(view|info|install|ci|add|i|exec|dlx)\b(?![^"'`]*--offline)|\bpip3?["'`]?\s*,?\s*\[?\s*["'`]?install\b/,
+  ],
   ["a fetch of a remote URL", /(?<![\w.$])fetch\(\s*["'`]https?:\/\/(?!127\.|localhost|\[::1\])/],
 ];
 
@@ -75,6 +81,27 @@ describe("the test tree", () => {
       return DOWNLOADS.filter(([, pattern]) => pattern.test(text)).map(([what]) => `${file}: ${what}`);
     });
     expect(found).toEqual([]);
+  });
+
+  it("tells a package manager's run that fetches from one that does not, and from a mention", () => {
+    const fetches = (text: string) => DOWNLOADS.some(([, pattern]) => pattern.test(text));
+    for (const run of [
+      'spawnSync("npm", ["install", "left-pad"])',
+      'run("npm", ["ci", "--no-audit"], dir)',
+      "execSync(`npm view sextant version`)",
+      'spawn("npx", ["exec", "cowsay"])',
+      'execSync("cd x && pnpm add zod")',
+      'spawnSync("pip3", ["install", "requests"])',
+    ])
+      expect(fetches(run), run).toBe(true);
+    for (const mention of [
+      'run("npm", ["ci", "--offline", "--ignore-scripts"], dir)',
+      'run("npm", ["pack", "-w", "client", "--pack-destination", dest], cwd)',
+      'expect(README).toContain("npm install && npm start");',
+      "// Rule 1, `npm install`: left out, since CI has already installed from the lockfile",
+      'spawnSync("npx", ["tsc", "-p", "tsconfig.json"])',
+    ])
+      expect(fetches(mention), mention).toBe(false);
   });
 
   it("would name the test that downloaded the secret corpus, as it once did", () => {
