@@ -118,7 +118,7 @@ describe("the OpenAI-compatible routes' errors, through the openai SDK", () => {
 
   // A tokens limit (type `tokens`) needs tokens spent, which needs a backend: test/e2e/gateway.test.ts.
   it("answers a request limit with RateLimitError, rate_limit_exceeded and type requests", async () => {
-    // The free plan's embeddings take 5 requests a minute here (vitest.workers.config.ts).
+    // The free plan's embeddings take 5 requests a minute here (vitest.config.ts).
     const free = await createAccount({ plan: "free" });
     const sdk = client(free.key.key);
     let err: APIError | undefined;
@@ -130,7 +130,7 @@ describe("the OpenAI-compatible routes' errors, through the openai SDK", () => {
   });
 
   it("answers a failure on the backends' side with InternalServerError and server_error", async () => {
-    // The tab pool's backends listen nowhere (vitest.workers.config.ts).
+    // The tab pool's backends listen nowhere (vitest.config.ts).
     const err = await refusal(client(account.key.key).completions.create({ model: "tab-test", prompt: "x" }));
     expect(err).toBeInstanceOf(OpenAI.InternalServerError);
     expect(err.status).toBeGreaterThanOrEqual(502);
