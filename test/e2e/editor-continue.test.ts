@@ -16,6 +16,7 @@ import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
 import type { RequestRecord } from "../../gpu-backends/simulator/simulator.js";
 import { setAgentScripts } from "../support/agent-stack.js";
 import { makeTree } from "../support/fixture.js";
+import { ORBIT_FILES } from "../support/orbit-fixture.js";
 import { ROOT, savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 
 const DOC = join(ROOT, "docs/editors.md");
@@ -23,27 +24,6 @@ const CN = join(ROOT, "node_modules/@continuedev/cli/dist/cn.js");
 const GUARD = join(ROOT, "test/support/loopback-only-child.mjs");
 /** Where the doc's config points: `npm start`'s default edge. */
 const DOC_EDGE = "http://127.0.0.1:8787";
-
-const KEPLER = `/** Solves Kepler's equation M = E - e sin E for the eccentric anomaly, by Newton iteration. */
-export function solveKeplerEquation(meanAnomaly: number, eccentricity: number): number {
-  let anomaly = meanAnomaly;
-  for (let i = 0; i < 50; i++) {
-    const delta = (anomaly - eccentricity * Math.sin(anomaly) - meanAnomaly) / (1 - eccentricity * Math.cos(anomaly));
-    anomaly -= delta;
-    if (Math.abs(delta) < 1e-12) break;
-  }
-  return anomaly;
-}
-`;
-const FILES = {
-  "src/orbit/kepler.ts": KEPLER,
-  "src/billing/invoice.ts": `/** The total of an invoice: line amounts plus tax, rounded to cents. */
-export function computeInvoiceTotal(lines: { amount: number }[], taxRate: number): number {
-  const net = lines.reduce((sum, line) => sum + line.amount, 0);
-  return Math.round(net * (1 + taxRate) * 100) / 100;
-}
-`,
-};
 
 const PROMPT = "Where in this project is Kepler's equation solved? Look it up with codebase_search.";
 const ANSWER = "Kepler's equation is solved by solveKeplerEquation in src/orbit/kepler.ts.";
@@ -96,7 +76,7 @@ describe("Continue's CLI against npm start's edge", () => {
     docConfig = configs[0]!;
     edge = await startLocalEdge();
     env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
-    repo = realpathSync(makeTree(FILES));
+    repo = realpathSync(makeTree(ORBIT_FILES));
     const indexed = sextant(["index", repo], env);
     expect(indexed.code, indexed.stderr).toBe(0);
     await setAgentScripts(edge, [SCRIPT]);

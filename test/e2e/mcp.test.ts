@@ -8,42 +8,11 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateApiKey } from "../../protocol/api-key.js";
 import { makeTree, writeTree } from "../support/fixture.js";
+import { KEPLER, ORBIT_FILES } from "../support/orbit-fixture.js";
 import { freePort, savedLocalEdge, sextant, startLocalEdge, type LocalEdge } from "../support/local-edge.js";
 import type { LocalHit } from "../../client/workspace/search.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
-
-const KEPLER = `/** Solves Kepler's equation M = E - e sin E for the eccentric anomaly, by Newton iteration. */
-export function solveKeplerEquation(meanAnomaly: number, eccentricity: number): number {
-  let anomaly = meanAnomaly;
-  for (let i = 0; i < 50; i++) {
-    const delta = (anomaly - eccentricity * Math.sin(anomaly) - meanAnomaly) / (1 - eccentricity * Math.cos(anomaly));
-    anomaly -= delta;
-    if (Math.abs(delta) < 1e-12) break;
-  }
-  return anomaly;
-}
-`;
-
-const FILES = {
-  "src/orbit/kepler.ts": KEPLER,
-  "src/billing/invoice.ts": `/** The total of an invoice: line amounts plus tax, rounded to cents. */
-export function computeInvoiceTotal(lines: { amount: number }[], taxRate: number): number {
-  const net = lines.reduce((sum, line) => sum + line.amount, 0);
-  return Math.round(net * (1 + taxRate) * 100) / 100;
-}
-`,
-  "src/billing/refunds.ts": `/** Refunds a paid invoice to the customer's card. */
-export async function issueRefund(invoiceId: string, reason: string): Promise<void> {
-  await fetch(\`/refunds/\${invoiceId}\`, { method: "POST", body: reason });
-}
-`,
-  "tools/kepler_table.py": `def print_kepler_table(eccentricity):
-    """Prints the eccentric anomaly for each mean anomaly, solving Kepler's equation."""
-    for mean_anomaly in range(0, 360, 10):
-        print(mean_anomaly, eccentricity)
-`,
-};
 
 type Hit = LocalHit;
 interface SearchResult {
@@ -91,7 +60,7 @@ describe("sextant mcp end to end", () => {
   beforeAll(async () => {
     edge = await startLocalEdge();
     env = { SEXTANT_CONFIG_DIR: edge.configDir, SEXTANT_CACHE_DIR: mkdtempSync(join(tmpdir(), "sextant-cache-")) };
-    repo = realpathSync(makeTree(FILES));
+    repo = realpathSync(makeTree(ORBIT_FILES));
     const indexed = sextant(["index", repo], env);
     expect(indexed.code, indexed.stderr).toBe(0);
   });
