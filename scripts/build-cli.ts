@@ -185,9 +185,12 @@ export async function buildPackage(outDir = OUT): Promise<{ cli: CliBuild; sdk: 
   const cli = await buildCli(outDir);
   const sdk = await buildSdk(outDir);
   const shipped = [...[...cli.metafiles, sdk.metafile].flatMap((m) => Object.keys(m.inputs)), ...cli.copied];
+  // tree-sitter-wasms ships the grammars' compiled files under its own licence but not the grammars'
+  // own, so their texts are kept beside the package and follow the packages' notices.
+  const grammarLicences = readFileSync(join(ROOT, "client/grammar-licences.md"), "utf8").replace(/^<!--.*-->\n+/, "");
   replace(
     join(outDir, "THIRD-PARTY-NOTICES.md"),
-    await thirdPartyNotices(shipped, { title: "Third-party notices", intro: NOTICES_INTRO }),
+    `${await thirdPartyNotices(shipped, { title: "Third-party notices", intro: NOTICES_INTRO })}\n${grammarLicences}`,
   );
   return { cli, sdk };
 }

@@ -82,6 +82,15 @@ describe("the sextant-cli package, packed and installed", () => {
     const notices = readFileSync(join(dist, "THIRD-PARTY-NOTICES.md"), "utf8");
     for (const shipped of ["commander", "web-tree-sitter", "tree-sitter-wasms"])
       expect(notices).toMatch(new RegExp(`^## ${shipped} \\d`, "m"));
+    // Each grammar file also under its grammar's own licence, which tree-sitter-wasms does not ship.
+    const grammarSection = notices.slice(notices.indexOf("## The grammars in `dist/grammars/`"));
+    for (const { grammar } of Object.values(LANGUAGES)) {
+      const entry = new RegExp(
+        `^Files: [^\\n]*\`${grammar.replaceAll(".", "\\.")}\`[^\\n]*\\n\\n\`\`\`text\\n(?:The )?MIT License`,
+        "m",
+      );
+      expect(grammarSection, grammar).toMatch(entry);
+    }
   });
 
   it("runs `sextant --version` through npx and through the bin", () => {
