@@ -15,6 +15,7 @@
  *   npm run licences
  */
 import { execFile } from "node:child_process";
+import { createRequire } from "node:module";
 import { init, type ModuleInfo } from "license-checker-rseidelsohn";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
@@ -146,56 +147,41 @@ export async function productionLicences(root = ROOT, policy = POLICY): Promise<
   return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
+/** An SPDX expression as spdx-expression-parse reads it. */
+type SpdxNode =
+  | { license: string; plus?: true; exception?: string }
+  | { left: SpdxNode; conjunction: "and" | "or"; right: SpdxNode };
+const parseSpdx = createRequire(import.meta.url)("spdx-expression-parse") as (expression: string) => SpdxNode;
+
 /**
  * Whether an SPDX expression is allowed: each id in `allowed` (compared without regard to case, as
  * SPDX says), `A OR B` if either is, `A AND B` if both are, and `A WITH exception` only if spelled
- * out in `allowed` as a whole. Anything that does not parse is not allowed.
+ * out in `allowed` as a whole. spdx-expression-parse reads the expression, after the allowed ids and
+ * the operators are given their canonical case (it takes ids only as SPDX spells them); anything it
+ * does not parse (`UNLICENSED`, `UNKNOWN`, `SEE LICENSE IN …`) is not allowed.
  */
 export function isAllowed(expression: string, allowed: Iterable<string>): boolean {
-  const ids = new Set([...allowed].map((id) => id.toLowerCase()));
-  const tokens = expression.match(/\(|\)|[^\s()]+/g) ?? [];
-  let at = 0;
-  const peek = () => tokens[at];
-  const fail = (): never => {
-    throw new SyntaxError(expression);
-  };
-  const term = (): boolean => {
-    const token = tokens[at++] ?? fail();
-    if (token === "(") {
-      const value = or();
-      if (tokens[at++] !== ")") fail();
-      return value;
-    }
-    if (/^(AND|OR|WITH|\))$/i.test(token)) fail();
-    if (peek()?.toUpperCase() === "WITH") {
-      at++;
-      return ids.has(`${token} WITH ${tokens[at++] ?? fail()}`.toLowerCase());
-    }
-    return ids.has(token.toLowerCase());
-  };
-  const and = (): boolean => {
-    let value = term();
-    while (peek()?.toUpperCase() === "AND") {
-      at++;
-      value = term() && value;
-    }
-    return value;
-  };
-  const or = (): boolean => {
-    let value = and();
-    while (peek()?.toUpperCase() === "OR") {
-      at++;
-      value = and() || value;
-    }
-    return value;
-  };
+  const entries = [...allowed];
+  const spelling = new Map(entries.flatMap((entry) => entry.split(/\s+WITH\s+/i)).map((id) => [id.toLowerCase(), id]));
+  const canonical = expression.replace(/[^\s()]+/g, (token) =>
+    /^(AND|OR|WITH)$/i.test(token) ? token.toUpperCase() : (spelling.get(token.toLowerCase()) ?? token),
+  );
+  let tree: SpdxNode;
   try {
-    const value = or();
-    return at === tokens.length && value;
-  } catch (error) {
-    if (error instanceof SyntaxError) return false;
-    throw error;
+    tree = parseSpdx(canonical);
+  } catch {
+    return false;
   }
+  const ids = new Set(entries.map((id) => id.toLowerCase()));
+  const holds = (node: SpdxNode): boolean =>
+    "conjunction" in node
+      ? node.conjunction === "and"
+        ? holds(node.left) && holds(node.right)
+        : holds(node.left) || holds(node.right)
+      : ids.has(
+          `${node.license}${node.plus ? "+" : ""}${node.exception ? ` WITH ${node.exception}` : ""}`.toLowerCase(),
+        );
+  return holds(tree);
 }
 
 /** The packages whose licence the policy does not allow. */
