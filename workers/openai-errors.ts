@@ -5,7 +5,7 @@
  * `rate_limit_exceeded` of type `requests` or `tokens`, a failure on the server's side
  * `server_error` with no code. Sextant's own code stays the problem document's `code`.
  */
-import type { ErrorCode } from "../protocol/errors.js";
+import { ERROR_CODES, type ErrorCode } from "../protocol/errors.js";
 
 /** OpenAI's error object: `{"error": {message, type, code, param}}`. */
 export interface OpenAIError {
@@ -31,24 +31,20 @@ export function isOpenAIPath(path: string): boolean {
   return OPENAI_PATHS.some((p) => path === p || path.startsWith(`${p}/`));
 }
 
-const DEFAULTS: Record<ErrorCode, Pick<OpenAIError, "type" | "code">> = {
-  invalid_request: { type: "invalid_request_error", code: null },
+/**
+ * OpenAI's type and code for each of Sextant's codes: by status, a client's error
+ * (`invalid_request_error`) or the server's (`server_error`), with no code, except where OpenAI
+ * names one.
+ */
+const NAMED: Partial<Record<ErrorCode, Pick<OpenAIError, "type" | "code">>> = {
   unauthenticated: { type: "invalid_request_error", code: "invalid_api_key" },
-  forbidden: { type: "invalid_request_error", code: null },
-  not_found: { type: "invalid_request_error", code: null },
-  request_timeout: { type: "invalid_request_error", code: null },
-  conflict: { type: "invalid_request_error", code: null },
-  payload_too_large: { type: "invalid_request_error", code: null },
-  unsupported_media_type: { type: "invalid_request_error", code: null },
   rate_limited: { type: "requests", code: "rate_limit_exceeded" },
-  internal: { type: "server_error", code: null },
-  upstream_failure: { type: "server_error", code: null },
-  unavailable: { type: "server_error", code: null },
-  upstream_timeout: { type: "server_error", code: null },
 };
+const defaultsFor = (code: ErrorCode): Pick<OpenAIError, "type" | "code"> =>
+  NAMED[code] ?? { type: ERROR_CODES[code].status >= 500 ? "server_error" : "invalid_request_error", code: null };
 
 export function openAIError(code: ErrorCode, message: string, fields: OpenAIErrorFields = {}): OpenAIError {
-  const defaults = DEFAULTS[code];
+  const defaults = defaultsFor(code);
   return {
     message,
     type: fields.type ?? defaults.type,
