@@ -3,7 +3,8 @@
  * conversation with tool calls from a script, so agent tasks run end to end with no model. A script
  * answers a conversation whose first user message contains its `match`, and the turn it plays is the
  * number of assistant messages already in the conversation: the answer is a function of the
- * conversation alone, so a conversation resumed or replayed after a crash gets the same answer.
+ * conversation (and the request's `seed`, which picks among a script's variants) alone, so a
+ * conversation resumed or replayed after a crash gets the same answer.
  * Nothing here is a model's output; every answer carries the simulator's labels.
  */
 import { readdirSync, readFileSync } from "node:fs";
@@ -13,17 +14,25 @@ import type { Format } from "./chat-format.js";
 
 const ScriptedCall = z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown()) });
 
+const Turns = z
+  .array(
+    z
+      .strictObject({ content: z.string().optional(), toolCalls: z.array(ScriptedCall).optional() })
+      .refine((t) => t.content !== undefined || (t.toolCalls?.length ?? 0) > 0, "a turn needs content or tool calls"),
+  )
+  .min(1);
+
 export const AgentScript = z.strictObject({
   name: z.string().min(1).max(128),
   /** The script answers a conversation whose first user message contains this text. */
   match: z.string().min(1),
-  turns: z
-    .array(
-      z
-        .strictObject({ content: z.string().optional(), toolCalls: z.array(ScriptedCall).optional() })
-        .refine((t) => t.content !== undefined || (t.toolCalls?.length ?? 0) > 0, "a turn needs content or tool calls"),
-    )
-    .min(1),
+  turns: Turns,
+  /**
+   * Other ways to play the same task, for a group of rollouts that should not all do the same: a
+   * chat request's `seed`, modulo the number of variants, picks one (a negative seed counts from the
+   * end). Without a seed, or without variants, the conversation gets `turns`.
+   */
+  variants: z.array(Turns).min(1).optional(),
 });
 export type AgentScript = z.infer<typeof AgentScript>;
 
@@ -59,7 +68,11 @@ const textOf = (content: unknown): string =>
  * scriptedTurn([script], [{ role: "user", content: "Fix it (task 7)" }]); // script.turns[0], ids call_<name>_0_<i>
  * ```
  */
-export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly unknown[]): ScriptedTurn | undefined {
+export function scriptedTurn(
+  scripts: readonly AgentScript[],
+  messages: readonly unknown[],
+  seed?: number | null,
+): ScriptedTurn | undefined {
   const conversation = messages.flatMap((m) => {
     const parsed = Message.safeParse(m);
     return parsed.success ? [parsed.data] : [];
@@ -70,7 +83,7 @@ export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly
   const script = scripts.find((s) => text.includes(s.match));
   if (!script) return undefined;
   const turn = conversation.filter((m) => m.role === "assistant").length;
-  const step = script.turns[turn];
+  const step = turnsFor(script, seed)[turn];
   if (!step)
     return {
       script: script.name,
@@ -88,6 +101,13 @@ export function scriptedTurn(scripts: readonly AgentScript[], messages: readonly
       arguments: JSON.stringify(c.arguments),
     })),
   };
+}
+
+/** The turns a request with this seed plays: a variant chosen by the seed, else the script's own turns. */
+export function turnsFor(script: AgentScript, seed?: number | null): AgentScript["turns"] {
+  if (!script.variants || typeof seed !== "number" || !Number.isSafeInteger(seed)) return script.turns;
+  const count = script.variants.length;
+  return script.variants[((seed % count) + count) % count]!;
 }
 
 /** What the refusal of an unscripted conversation ends with when the backend was given no advice of its own. */

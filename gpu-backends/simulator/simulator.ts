@@ -915,7 +915,8 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
   "POST /v1/chat/completions": (body, o) => {
     const r = ChatBody.safeParse(body);
     if (!r.success) return firstIssue(r.error);
-    const scripted = r.data.tool_choice === "none" ? undefined : scriptedTurn(o.agentScripts, r.data.messages);
+    const seed = typeof r.data.seed === "number" ? r.data.seed : null;
+    const scripted = r.data.tool_choice === "none" ? undefined : scriptedTurn(o.agentScripts, r.data.messages, seed);
     // A backend with scripts is the scripted agent model: offered tools, it plays a script or says
     // why not. Without tools (plain chat) it answers `sim` tokens as every backend does.
     const agentic = (r.data.tools?.length ?? 0) > 0 && r.data.tool_choice !== "none";

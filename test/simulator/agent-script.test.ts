@@ -7,9 +7,9 @@ import type { ChatCompletionChunk, ChatCompletionMessageParam } from "openai/res
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   DEFAULT_UNSCRIPTED_ADVICE,
+  AgentScript,
   loadAgentScripts,
   scriptedTurn,
-  type AgentScript,
 } from "../../gpu-backends/simulator/agent-script.js";
 import { startSimulator, type Simulator } from "../../gpu-backends/simulator/simulator.js";
 
@@ -380,5 +380,74 @@ describe("the scripted agent model", () => {
     expect(
       loadAgentScripts(join(import.meta.dirname, "../../gpu-backends/simulator/agent-scripts")).length,
     ).toBeGreaterThanOrEqual(11);
+  });
+});
+
+describe("a script's variants", () => {
+  const step = (content: string) => [{ content, toolCalls: [{ name: "finish", arguments: { summary: content } }] }];
+  const VARIED: AgentScript = {
+    name: "varied",
+    match: "(script: varied)",
+    turns: step("default"),
+    variants: [step("v0"), step("v1"), step("v2")],
+  };
+  const ask = (seed?: number | null) => scriptedTurn([VARIED], [user("(script: varied)")], seed)?.content;
+
+  it("plays the variant the seed picks, modulo their count", () => {
+    expect([0, 1, 2, 3, 4, 5, 301].map(ask)).toEqual(["v0", "v1", "v2", "v0", "v1", "v2", "v1"]);
+    expect([-1, -2, -3].map(ask)).toEqual(["v2", "v1", "v0"]);
+  });
+
+  it("plays `turns` without a seed, and for a script with no variants whatever the seed", () => {
+    expect(ask()).toBe("default");
+    expect(ask(null)).toBe("default");
+    expect(ask(1.5)).toBe("default");
+    expect(scriptedTurn([SCRIPT], [user("(script: fix-it)")], 2)?.content).toBe("Reading.");
+  });
+
+  it("numbers the turn within the variant: the next turn after one answer", () => {
+    const twoTurns: AgentScript = {
+      ...VARIED,
+      variants: [
+        [{ content: "a0" }, { content: "a1" }],
+        [{ content: "b0" }, { content: "b1" }],
+      ],
+    };
+    const after = [user("(script: varied)"), { role: "assistant", content: "b0" }];
+    expect(scriptedTurn([twoTurns], after, 1)?.content).toBe("b1");
+    expect(scriptedTurn([twoTurns], after, 4)?.content).toBe("a1");
+  });
+
+  it("refuses an empty variant list or an empty variant", () => {
+    expect(AgentScript.safeParse({ ...VARIED, variants: [] }).success).toBe(false);
+    expect(AgentScript.safeParse({ ...VARIED, variants: [[]] }).success).toBe(false);
+    expect(AgentScript.safeParse(VARIED).success).toBe(true);
+  });
+
+  it("takes the seed from the chat request", async () => {
+    const variedSim = await startSimulator({
+      backends: [{ id: "v", models: ["m"], agentScripts: [VARIED], ttftMs: 1, tokensPerSecond: 2000 }],
+    });
+    try {
+      const openai = new OpenAI({ baseURL: variedSim.backend("v").url, apiKey: "unused", maxRetries: 0 });
+      const chat = (seed?: number) =>
+        openai.chat.completions
+          .create({
+            model: "m",
+            messages: [user("(script: varied)")],
+            tools: TOOLS,
+            ...(seed === undefined ? {} : { seed }),
+          })
+          .then((a) => a.choices[0]!.message.content);
+      expect(await Promise.all([chat(), chat(0), chat(1), chat(2), chat(5)])).toEqual([
+        "default",
+        "v0",
+        "v1",
+        "v2",
+        "v2",
+      ]);
+    } finally {
+      await variedSim.stop();
+    }
   });
 });
