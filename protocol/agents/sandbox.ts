@@ -8,6 +8,12 @@
  * `POST …/{id}/calls/{callId}`, `POST …/{id}/stop` (kills the running commands, keeps the tree),
  * `GET …/{id}/diff`, and `POST …/{id}/search` (the edge request of a codebase_search).
  *
+ * Environments (Harbor tasks): `PUT`/`GET /v1/archives/{sha256}` (a task's gzip'd tar, checked,
+ * parsed and cached by its hash, out of every sandbox's reach), a create with `task: { archive }`
+ * (the task's environment is the starting tree), `POST …/{id}/verify/{callId}` (the task's tests,
+ * copied in only then, score the tree) and `POST …/{id}/solve/{callId}` (the reference solution, for
+ * checking a task set; never offered to agents).
+ *
  * codebase_search takes two steps, since the host has the workspace secret and the task object has
  * the edge: `…/search` turns the tool's arguments into the edge's search request (its scope
  * encrypted) and the key the edge needs for it; the task object sends that to the edge's search
@@ -19,6 +25,8 @@
  * object that resumes after a crash can re-send a call without a write or a command running twice.
  */
 import { z } from "zod";
+import { TaskSettings } from "../envs/harbor.js";
+import { Sha256Hex } from "../envs/task-archive.js";
 import { SearchRequest, SearchResponse } from "../sync.js";
 import { TaskWorkspace } from "./task.js";
 import { CodebaseSearchArgs, ToolOutcome, TreePath } from "./tools.js";
@@ -72,6 +80,12 @@ export const CreateSandboxRequest = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9_-]{8,64}$/)
     .optional(),
+  /**
+   * A Harbor task, by the hash of its archive (uploaded first with `PUT /v1/archives/{sha256}`): the
+   * task's environment is the starting tree and the diff's base. 404 `not_found` when the host does
+   * not hold the archive (the edge uploads it and creates again).
+   */
+  task: z.strictObject({ archive: Sha256Hex }).optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -89,8 +103,57 @@ export const SandboxInfo = z.object({
   /** Seconds the sandbox's commands have run, summed: what a task's `sandboxSeconds` budget counts. */
   commandSeconds: z.number(),
   createdAt: z.iso.datetime(),
+  /** The sandbox's Harbor task, when it was made from one (the instruction held in memory only). */
+  task: z
+    .object({
+      archive: Sha256Hex,
+      instruction: z.string(),
+      verifierTimeoutSec: z.number(),
+      agentTimeoutSec: z.number().nullable(),
+      hasSolution: z.boolean(),
+      settings: TaskSettings,
+      /** Whether the task has been verified: after that the tree holds the tests' leftovers. */
+      verified: z.boolean(),
+    })
+    .optional(),
 });
 export type SandboxInfo = z.infer<typeof SandboxInfo>;
+
+/** `PUT /v1/archives/{sha256}` (201) and `GET /v1/archives/{sha256}` (200): an archive the host holds. */
+export const ArchiveInfo = z.object({ sha256: Sha256Hex, bytes: z.number().int() });
+export type ArchiveInfo = z.infer<typeof ArchiveInfo>;
+
+/** `POST …/{id}/verify/{callId}`: the task's tests score the tree, once per call id. */
+export const VerifyRequest = z.strictObject({
+  /** Shorter than the task's `[verifier].timeout_sec`, never longer. */
+  timeoutMs: z.number().int().min(100).max(3_600_000).optional(),
+});
+export type VerifyRequest = z.input<typeof VerifyRequest>;
+export const VerifyResponse = z.object({
+  /** `reward.json`'s `reward` (else the mean of its numbers), else `reward.txt`'s number, else 0. */
+  reward: z.number(),
+  /** `reward.json`'s numbers by name (`{ reward }` from `reward.txt`; `{}` with no reward file). */
+  components: z.record(z.string(), z.number()),
+  /** The test's stdout and stderr (capped), and why the reward is 0 when no reward file was written. */
+  log: z.string(),
+  exitCode: z.number().int().nullable(),
+  timedOut: z.boolean().default(false),
+  durationMs: z.number(),
+  replayed: z.boolean(),
+});
+export type VerifyResponse = z.infer<typeof VerifyResponse>;
+
+/** `POST …/{id}/solve/{callId}`: runs the task's `solution/solve.sh` in the tree, once per call id. */
+export const SolveRequest = VerifyRequest;
+export type SolveRequest = z.input<typeof SolveRequest>;
+export const SolveResponse = z.object({
+  exitCode: z.number().int().nullable(),
+  timedOut: z.boolean().default(false),
+  log: z.string(),
+  durationMs: z.number(),
+  replayed: z.boolean(),
+});
+export type SolveResponse = z.infer<typeof SolveResponse>;
 
 export const UploadedFile = z.strictObject({
   path: TreePath,
