@@ -1,0 +1,121 @@
+"""The client against a real edge: SEXTANT_URL, SEXTANT_API_KEY and SEXTANT_TASKSET (a task set
+pushed from fixtures/taskset, whose task 0 is greeting-file). test/e2e/python-client.test.ts starts
+a local edge, pushes the set and runs these with the variables set; without them they skip."""
+
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from lossy_proxy import LossyProxy  # noqa: E402
+
+from sextant_envs import Client, SextantError  # noqa: E402
+
+VARIABLES = ("SEXTANT_URL", "SEXTANT_API_KEY", "SEXTANT_TASKSET")
+MISSING = [name for name in VARIABLES if not os.environ.get(name)]
+SKIP = (
+    f"live tests skipped: {', '.join(MISSING)} not set (they need an edge and a task set pushed from "
+    "clients/python/tests/fixtures/taskset; npx vitest run test/e2e/python-client.test.ts sets them up)"
+)
+TASKSET = os.environ.get("SEXTANT_TASKSET", "")
+
+
+def setUpModule() -> None:
+    if MISSING:
+        print(f"\n{SKIP}", file=sys.stderr)
+
+
+def call(tool: str, **arguments) -> dict:
+    return {"name": tool, "arguments": arguments}
+
+
+@unittest.skipIf(MISSING, SKIP)
+class LiveSessionTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = Client(timeout=300)
+
+    def test_the_task_set_is_the_fixture_set(self) -> None:
+        taskset = self.client.tasksets.get(TASKSET)
+        self.assertEqual(taskset["id"], TASKSET)
+        self.assertEqual([t["index"] for t in taskset["tasks"]], [0])
+
+    def test_a_session_solved_step_by_step_earns_the_reward(self) -> None:
+        with self.client.sessions.create(TASKSET, 0, seed=3) as session:
+            names = {tool["function"]["name"] for tool in session.tools}
+            self.assertTrue({"run_terminal", "read_file", "create_file", "finish"} <= names, names)
+            self.assertEqual([m["role"] for m in session.messages], ["system", "user"])
+            self.assertIn("greeting.txt", session.messages[1]["content"])
+
+            first = session.step([call("run_terminal", command="echo ran >> count.txt; cat notes.txt")])
+            self.assertEqual(first.index, 1)
+            self.assertEqual(first.results[0]["tool_call_id"], "call_1_0")
+            self.assertIn("The tree starts with this file only.", first.results[0]["content"])
+            # Asked again, step 1 answers what it answered, and its command does not run again.
+            again = session.step([call("run_terminal", command="echo ran >> count.txt")], index=1)
+            self.assertEqual(again.results, first.results)
+            count = session.step([call("read_file", path="count.txt")])
+            self.assertEqual(count.index, 2)
+            self.assertEqual(count.results[0]["content"].count("ran"), 1, count.results[0]["content"])
+
+            session.step([call("create_file", path="greeting.txt", content="hello, sextant\n")])
+            finished = session.step([call("finish", summary="Wrote greeting.txt.")])
+            self.assertTrue(finished.done)
+            self.assertEqual(session.index, 4)
+
+            verdict = session.verify()
+            self.assertEqual(verdict.reward, 1.0, verdict.log)
+            self.assertEqual(verdict.components, {"reward": 1.0, "exists": 1.0})
+            self.assertIn("hello, sextant", verdict.log)
+            self.assertEqual(session.verify().reward, 1.0)
+            with self.assertRaises(SextantError) as caught:
+                session.step([call("run_terminal", command="ls")])
+            self.assertEqual((caught.exception.code, caught.exception.status), ("conflict", 409))
+            state = session.state()
+            self.assertEqual((state["steps"], state["reward"]), (4, 1.0))
+        self.assertTrue(session.closed)
+
+    def test_an_untouched_tree_scores_zero(self) -> None:
+        with self.client.sessions.create(TASKSET, 0) as session:
+            verdict = session.verify()
+        self.assertEqual((verdict.reward, verdict.components), (0.0, {"reward": 0.0, "exists": 0.0}))
+
+    def test_a_step_whose_answer_is_lost_is_replayed_not_run_again(self) -> None:
+        with LossyProxy(os.environ["SEXTANT_URL"]) as proxy:
+            client = Client(proxy.url, timeout=300)
+            with client.sessions.create(TASKSET, 0) as session:
+                proxy.drop["/step"] = 1
+                first = session.step([call("run_terminal", command="echo ran >> count.txt; wc -l < count.txt")])
+                self.assertEqual(len(proxy.dropped), 1)
+                self.assertEqual(first.index, 1)
+                self.assertIn("1", first.results[0]["content"])
+                count = session.step([call("run_terminal", command="wc -l < count.txt")])
+                self.assertRegex(count.results[0]["content"], r"\b1\b")
+                self.assertNotRegex(count.results[0]["content"], r"\b2\b")
+
+    def test_errors_carry_the_edges_codes(self) -> None:
+        with self.assertRaises(SextantError) as caught:
+            self.client.sessions.create("no-such-taskset", 0)
+        self.assertEqual((caught.exception.code, caught.exception.status), ("not_found", 404))
+        self.assertTrue(caught.exception.request_id)
+
+        with self.assertRaises(SextantError) as caught:
+            self.client.sessions.create(TASKSET, 7)
+        self.assertEqual(caught.exception.status // 100, 4)
+
+        with self.client.sessions.create(TASKSET, 0) as session:
+            with self.assertRaises(SextantError) as caught:
+                session.step([call("run_terminal", command="ls")], index=3)
+            self.assertEqual((caught.exception.code, caught.exception.status), ("conflict", 409))
+
+        stranger = Client(os.environ["SEXTANT_URL"], "sk-not-a-key", max_retries=0)
+        with self.assertRaises(SextantError) as caught:
+            stranger.tasksets.get(TASKSET)
+        self.assertEqual((caught.exception.code, caught.exception.status), ("unauthenticated", 401))
+
+
+if __name__ == "__main__":
+    unittest.main()
