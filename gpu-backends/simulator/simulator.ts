@@ -29,6 +29,7 @@ import {
   unscriptedRefusal,
 } from "./agent-script.js";
 import { ChatAnswerFields, chatFormat, type Format } from "./chat-format.js";
+import { answerFields, logprobRequest, withLogprobs } from "./logprobs.js";
 import { TokenSchedule } from "./token-schedule.js";
 
 const HOST = "127.0.0.1";
@@ -350,6 +351,8 @@ interface Generation {
   prefixes?: Prefix[];
   /** Anthropic only: prompt tokens read from and written to the prompt cache. */
   cache?: { read: number; written: number };
+  /** Fields of the whole answer and of a stream's first chunk (`prompt_token_ids`, logprobs.ts). */
+  fields?: Record<string, unknown>;
 }
 
 const COMPLETION: Format = {
@@ -730,7 +733,8 @@ class Backend implements SimulatedBackend {
     };
     const event = (data: object) => `data: ${JSON.stringify(g.includeUsage ? { ...data, usage: null } : data)}\n\n`;
     /** One chunk per choice, in one write. */
-    const chunks = (choices: object[]) => choices.map((choice) => event({ ...head, choices: [choice] })).join("");
+    const chunks = (choices: object[], fields?: object) =>
+      choices.map((choice) => event({ ...head, ...fields, choices: [choice] })).join("");
     const anthropic = g.format.anthropic === true;
     const message = { id: head.id, type: "message", role: "assistant", model: g.model };
     const toolUse = g.tool ? { type: "tool_use", id: `toolu_sim_${head.id.slice(8)}`, name: g.tool } : undefined;
@@ -789,7 +793,7 @@ class Backend implements SimulatedBackend {
       }
       if (!g.stream) {
         record.firstTokenAt = now();
-        return this.json(exchange, 200, { ...head, choices: g.format.whole(text, finish), usage });
+        return this.json(exchange, 200, { ...head, ...g.fields, choices: g.format.whole(text, finish), usage });
       }
       res.write(chunks(g.format.final(finish)));
       if (g.includeUsage) res.write(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\n`);
@@ -821,7 +825,7 @@ class Backend implements SimulatedBackend {
                     ? { type: "input_json_delta", partial_json: (emitted === 0 ? '{"text":"' : "") + piece }
                     : { type: "text_delta", text: piece },
                 })
-              : chunks(g.format.token(piece, emitted === 0)),
+              : chunks(g.format.token(piece, emitted === 0), emitted === 0 ? g.fields : undefined),
           );
           if (emitted === 0) record.firstTokenAt = now();
         }
@@ -915,6 +919,8 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
   "POST /v1/chat/completions": (body, o) => {
     const r = ChatBody.safeParse(body);
     if (!r.success) return firstIssue(r.error);
+    const logprobs = logprobRequest(body);
+    if (typeof logprobs === "string") return logprobs;
     const seed = typeof r.data.seed === "number" ? r.data.seed : null;
     const scripted = r.data.tool_choice === "none" ? undefined : scriptedTurn(o.agentScripts, r.data.messages, seed);
     // A backend with scripts is the scripted agent model: offered tools, it plays a script or says
@@ -926,8 +932,10 @@ const GENERATIVE: Record<string, (body: unknown, o: ResolvedBackendOptions) => G
       if (typeof content === "string") return sum + content.length;
       return sum + (content ?? []).reduce((s, part) => s + (part.text?.length ?? 0), 0);
     }, 0);
+    const format = scripted ? scriptedFormat(scripted) : chatFormat(r.data);
     return {
-      format: scripted ? scriptedFormat(scripted) : chatFormat(r.data),
+      format: logprobs ? withLogprobs(format, logprobs) : format,
+      ...(logprobs ? { fields: answerFields(logprobs, r.data.messages) } : {}),
       ...(refusal ? { refusal } : {}),
       model: r.data.model,
       promptTokens: promptTokens(chars),
