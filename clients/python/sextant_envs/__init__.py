@@ -2,17 +2,8 @@
 
 from ._errors import SextantConnectionError, SextantError
 from ._http import VERSION as __version__
-from .client import (
-    Client,
-    RolloutEvent,
-    RolloutRun,
-    Rollouts,
-    Session,
-    Sessions,
-    StepResult,
-    Tasksets,
-    VerifyResult,
-)
+from .client import Client, Session, Sessions, StepResult, Tasksets, VerifyResult
+from .rollouts import RolloutEvent, RolloutRun, Rollouts
 
 __all__ = [
     "Client",

@@ -107,9 +107,11 @@ class Transport:
         body: Any = None,
         last_event_id: Optional[str] = None,
         idle_timeout: float = 300.0,
+        on_open: Optional[Callable[[Mapping[str, str]], None]] = None,
     ) -> Iterator[ServerSentEvent]:
-        """Opens an event stream (retrying a 429 or 503 before it starts) and yields its events.
-        A broken connection raises `SextantConnectionError`; the caller decides whether to resume."""
+        """Opens an event stream (retrying a 429 or 503 before it starts) and yields its events;
+        `on_open` gets the answer's headers first. A broken connection raises
+        `SextantConnectionError`; the caller decides whether to resume."""
         request_id = f"py-{uuid.uuid4()}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         for attempt in range(self.max_retries + 1):
@@ -139,6 +141,8 @@ class Transport:
                         f"{method} {path} answered {content_type or 'no content type'}, not an event stream",
                         response.headers.get("X-Request-Id") or request_id,
                     )
+                if on_open is not None:
+                    on_open(response.headers)
                 try:
                     yield from read_events(response)
                 except (OSError, http.client.HTTPException) as failure:

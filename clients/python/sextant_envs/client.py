@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from ._errors import STATUS_BY_CODE, SextantConnectionError, SextantError
+from ._errors import SextantError
 from ._http import Transport
+from .rollouts import Rollouts, segment
 
 ToolCall = Mapping[str, Any]
 
@@ -55,8 +55,6 @@ class Client:
         return f"Client({self.base_url!r})"
 
 
-def _segment(value: str) -> str:
-    return urllib.parse.quote(str(value), safe="")
 
 
 # ---------------------------------------------------------------------------------------------- tasksets
@@ -68,7 +66,7 @@ class Tasksets:
 
     def get(self, taskset_id: str) -> Dict[str, Any]:
         """The task set's manifest: its tasks' hashes, sizes and honoured settings, by index."""
-        return self._t.request("GET", f"/v1/envs/tasksets/{_segment(taskset_id)}")[1]
+        return self._t.request("GET", f"/v1/envs/tasksets/{segment(taskset_id)}")[1]
 
 
 # ---------------------------------------------------------------------------------------------- sessions
@@ -121,7 +119,7 @@ class Sessions:
 
     def get(self, session_id: str) -> Dict[str, Any]:
         """A session's state."""
-        return self._t.request("GET", f"/v1/envs/sessions/{_segment(session_id)}")[1]
+        return self._t.request("GET", f"/v1/envs/sessions/{segment(session_id)}")[1]
 
 
 class Session:
@@ -151,7 +149,7 @@ class Session:
         return list(self.observation.get("messages", []))
 
     def _path(self, suffix: str = "") -> str:
-        return f"/v1/envs/sessions/{_segment(self.id)}{suffix}"
+        return f"/v1/envs/sessions/{segment(self.id)}{suffix}"
 
     def step(
         self,
@@ -249,139 +247,3 @@ def _tool_call(call: Any, step: int, position: int) -> Dict[str, Any]:
         "type": "function",
         "function": {"name": function["name"], "arguments": arguments},
     }
-
-
-# ---------------------------------------------------------------------------------------------- rollouts
-
-
-@dataclass(frozen=True)
-class RolloutEvent:
-    """One event of a rollout run: `type` (`rollout.started`, `rollout.ended`, `group.ended`,
-    `summary`), its stream id, and its JSON."""
-
-    type: str
-    id: Optional[str]
-    data: Any
-
-
-class RolloutRun:
-    """A rollout run's events as they arrive. Iterate it for the events; `summary` holds the final
-    summary once the stream has delivered it, and `result()` reads to the end and returns it. A
-    broken stream resumes from the last event it delivered (`Last-Event-ID`)."""
-
-    def __init__(self, transport: Transport, body: Dict[str, Any], max_reconnects: int) -> None:
-        self._t = transport
-        self._body = body
-        self._max_reconnects = max_reconnects
-        self._started = False
-        self.id: Optional[str] = None
-        self.last_event_id: Optional[str] = None
-        self.summary: Optional[Dict[str, Any]] = None
-        self.events: List[RolloutEvent] = []
-
-    def __iter__(self) -> Iterator[RolloutEvent]:
-        if self._started:
-            raise RuntimeError("a rollout run's events are read once; its `events` list keeps them")
-        self._started = True
-        failures = 0
-        while True:
-            if self.id is None:
-                if self.last_event_id is not None:
-                    raise SextantConnectionError(
-                        "the rollout stream broke before it named its run, so it cannot be resumed"
-                    )
-                stream = self._t.stream("POST", "/v1/envs/rollouts", self._body)
-            else:
-                stream = self._t.stream(
-                    "GET", f"/v1/envs/rollouts/{_segment(self.id)}/events", last_event_id=self.last_event_id
-                )
-            try:
-                for sse in stream:
-                    event = RolloutEvent(sse.event, sse.id, sse.json())
-                    if event.type == "error":
-                        error = _stream_error(event.data)
-                        if error.status != 503:
-                            raise error
-                        raise SextantConnectionError(f"the rollout stream ended with {error}")
-                    if sse.id is not None:
-                        self.last_event_id = sse.id
-                    if self.id is None:
-                        self.id = _run_id(event.data)
-                    failures = 0
-                    self.events.append(event)
-                    yield event
-                    if event.type == "summary":
-                        self.summary = event.data
-                        return
-                raise SextantConnectionError("the rollout stream ended before its summary")
-            except SextantConnectionError:
-                failures += 1
-                if failures > self._max_reconnects or self.id is None:
-                    raise
-                self._t.sleep(min(0.5 * 2 ** (failures - 1), 8.0))
-            finally:
-                stream.close()
-
-    def result(self) -> Dict[str, Any]:
-        """Reads the stream to its end; the summary."""
-        if not self._started:
-            for _ in self:
-                pass
-        if self.summary is None:
-            raise SextantConnectionError("the rollout stream did not deliver its summary")
-        return self.summary
-
-
-class Rollouts:
-    def __init__(self, transport: Transport) -> None:
-        self._t = transport
-
-    def run(
-        self,
-        taskset: str,
-        policy: Mapping[str, Any],
-        group_size: int,
-        sampling: Optional[Mapping[str, Any]] = None,
-        tasks: Optional[Sequence[Union[int, str]]] = None,
-        limits: Optional[Mapping[str, Any]] = None,
-        max_reconnects: int = 8,
-    ) -> RolloutRun:
-        """Has the edge run `group_size` rollouts of each task (all of the set's, or `tasks`) with
-        the production agent loop on `policy["model"]`, verify each, and compute each group's
-        advantages. The request is sent when the result is first iterated.
-
-            run = client.rollouts.run("ts_…", {"model": "my-policy"}, group_size=8,
-                                      sampling={"temperature": 1.0})
-            for event in run:
-                if event.type == "rollout.ended": print(event.data["reward"])
-            print(run.summary)
-        """
-        body: Dict[str, Any] = {
-            "taskset": taskset,
-            "policy": dict(policy),
-            "group_size": group_size,
-            "sampling": dict(sampling or {}),
-        }
-        if tasks is not None:
-            body["tasks"] = list(tasks)
-        if limits is not None:
-            body["limits"] = dict(limits)
-        return RolloutRun(self._t, body, max_reconnects)
-
-    def get(self, run_id: str) -> Dict[str, Any]:
-        """A rollout run's state (its summary once it has ended)."""
-        return self._t.request("GET", f"/v1/envs/rollouts/{_segment(run_id)}")[1]
-
-
-def _run_id(data: Any) -> Optional[str]:
-    if isinstance(data, Mapping):
-        for key in ("run", "runId", "run_id"):
-            if isinstance(data.get(key), str):
-                return data[key]
-    return None
-
-
-def _stream_error(data: Any) -> SextantError:
-    data = data if isinstance(data, Mapping) else {}
-    code = str(data.get("code") or "internal")
-    return SextantError(code, STATUS_BY_CODE.get(code), str(data.get("detail") or ""), data.get("instance"))

@@ -179,6 +179,8 @@ class StandinEdge:
         else:
             return self.problem(h, 404, "not_found", "No such rollout run.")
         h.send_response(200)
+        if method == "POST":
+            h.send_header("Location", "/v1/envs/rollouts/run_1")
         h.send_header("Content-Type", "text/event-stream; charset=utf-8")
         h.send_header("Cache-Control", "no-store")
         h.end_headers()
@@ -188,6 +190,8 @@ class StandinEdge:
             if self.break_stream_after is not None and n > self.break_stream_after:
                 self.break_stream_after = None
                 return
-            data = json.dumps(event["data"])
+            data = json.dumps({"id": n, "type": event["type"], "at": "2026-01-01T00:00:00.000Z", "data": event["data"]})
+            if event["type"] == "error":
+                data = json.dumps(event["data"])
             h.wfile.write(f"id: {n}\nevent: {event['type']}\ndata: {data}\n\n".encode())
             h.wfile.flush()

@@ -208,12 +208,12 @@ class ErrorTest(unittest.TestCase):
 
 class RolloutTest(unittest.TestCase):
     EVENTS = [
-        {"type": "rollout.started", "data": {"run": "run_1", "rollout": "r0", "task": 0}},
-        {"type": "rollout.started", "data": {"run": "run_1", "rollout": "r1", "task": 0}},
-        {"type": "rollout.ended", "data": {"run": "run_1", "rollout": "r0", "reward": 1.0}},
-        {"type": "rollout.ended", "data": {"run": "run_1", "rollout": "r1", "reward": 0.0}},
-        {"type": "group.ended", "data": {"run": "run_1", "task": 0, "advantages": [1.0, -1.0]}},
-        {"type": "summary", "data": {"run": "run_1", "rollouts": 2, "meanReward": 0.5}},
+        {"type": "rollout.started", "data": {"rollout": "r0", "task": 0}},
+        {"type": "rollout.started", "data": {"rollout": "r1", "task": 0}},
+        {"type": "rollout.ended", "data": {"rollout": "r0", "reward": 1.0}},
+        {"type": "rollout.ended", "data": {"rollout": "r1", "reward": 0.0}},
+        {"type": "group.ended", "data": {"task": 0, "advantages": [1.0, -1.0]}},
+        {"type": "summary", "data": {"rollouts": 2, "meanReward": 0.5}},
     ]
 
     def setUp(self) -> None:
@@ -224,16 +224,18 @@ class RolloutTest(unittest.TestCase):
 
     def test_a_run_yields_its_events_and_returns_the_summary(self) -> None:
         run = self.client.rollouts.run("ts_1", {"model": "policy"}, group_size=2,
-                                       sampling={"temperature": 1.0}, tasks=[0])
+                                       sampling={"temperature": 1.0}, tasks=[0], concurrency=4)
         self.assertEqual(self.edge.requests, [])  # sent when first read
         types = [event.type for event in run]
         self.assertEqual(types, [e["type"] for e in self.EVENTS])
-        self.assertEqual(run.summary, {"run": "run_1", "rollouts": 2, "meanReward": 0.5})
+        self.assertEqual(run.summary, {"rollouts": 2, "meanReward": 0.5})
+        self.assertEqual(run.events[2].data["reward"], 1.0)
+        self.assertEqual(run.events[0].at, "2026-01-01T00:00:00.000Z")
         self.assertEqual(run.result(), run.summary)
         self.assertEqual(run.id, "run_1")
         self.assertEqual(self.edge.requests[0]["body"],
                          {"taskset": "ts_1", "policy": {"model": "policy"}, "group_size": 2,
-                          "sampling": {"temperature": 1.0}, "tasks": [0]})
+                          "sampling": {"temperature": 1.0}, "tasks": [0], "concurrency": 4})
 
     def test_a_broken_stream_resumes_from_its_last_event(self) -> None:
         self.edge.break_stream_after = 3
@@ -242,6 +244,13 @@ class RolloutTest(unittest.TestCase):
         self.assertEqual([e.id for e in run.events], ["1", "2", "3", "4", "5", "6"])
         resumed = self.edge.requests[1]
         self.assertEqual((resumed["route"], resumed["last_event_id"]), ("GET /v1/envs/rollouts/run_1/events", "3"))
+
+    def test_a_runs_events_are_read_again_from_after_an_event(self) -> None:
+        again = self.client.rollouts.events("run_1", after="4")
+        self.assertEqual([(e.id, e.type) for e in again], [("5", "group.ended"), ("6", "summary")])
+        self.assertEqual(again.summary["meanReward"], 0.5)
+        read = self.edge.requests[0]
+        self.assertEqual((read["route"], read["last_event_id"]), ("GET /v1/envs/rollouts/run_1/events", "4"))
 
     def test_an_error_event_raises_its_code(self) -> None:
         self.edge.rollout_events = self.EVENTS[:1] + [{"type": "error", "data": {"code": "invalid_request",

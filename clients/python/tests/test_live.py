@@ -116,6 +116,59 @@ class LiveSessionTest(unittest.TestCase):
             stranger.tasksets.get(TASKSET)
         self.assertEqual((caught.exception.code, caught.exception.status), ("unauthenticated", 401))
 
+    @unittest.skipUnless(os.environ.get("SEXTANT_OTHER_API_KEY"), "SEXTANT_OTHER_API_KEY (another org's key) not set")
+    def test_another_orgs_task_set_and_session_are_not_found(self) -> None:
+        stranger = Client(api_key=os.environ["SEXTANT_OTHER_API_KEY"], max_retries=0)
+        with self.assertRaises(SextantError) as caught:
+            stranger.tasksets.get(TASKSET)
+        self.assertEqual(caught.exception.code, "not_found")
+        with self.assertRaises(SextantError) as caught:
+            stranger.sessions.create(TASKSET, 0)
+        self.assertEqual(caught.exception.code, "not_found")
+        with self.client.sessions.create(TASKSET, 0) as session:
+            with self.assertRaises(SextantError) as caught:
+                stranger.sessions.get(session.id)
+            self.assertEqual(caught.exception.code, "not_found")
+            self.assertEqual(session.state()["steps"], 0)
+
+
+@unittest.skipIf(MISSING, SKIP)
+@unittest.skipUnless(os.environ.get("SEXTANT_POLICY"), "SEXTANT_POLICY (a model the edge serves) not set")
+class LiveRolloutTest(unittest.TestCase):
+    """SEXTANT_POLICY solves greeting-file with an even seed and misses it with an odd one (the end
+    to end test gives the simulator's scripted model such a script)."""
+
+    def test_a_group_of_two_earns_one_and_zero_and_opposite_advantages(self) -> None:
+        client = Client(timeout=300)
+        run = client.rollouts.run(
+            TASKSET, {"model": os.environ["SEXTANT_POLICY"], "checkpoint": "step-0"}, group_size=2,
+            sampling={"temperature": 1.0, "seed": 0}, tasks=[0],
+        )
+        events = list(run)
+        self.assertTrue(run.id and run.id.startswith("run_"), run.id)
+        kinds = [e.type for e in events]
+        self.assertEqual(sorted(kinds), sorted(["rollout.started"] * 2 + ["rollout.ended"] * 2 + ["group.ended", "summary"]))
+        self.assertEqual(kinds[-1], "summary")
+        self.assertEqual([e.id for e in events], [str(n) for n in range(1, 7)])
+        ended = sorted((e.data for e in events if e.type == "rollout.ended"), key=lambda d: d["groupIndex"])
+        self.assertEqual([d["reward"] for d in ended], [1.0, 0.0], ended)
+        group = next(e.data for e in events if e.type == "group.ended")
+        self.assertEqual(group["rewards"], [1.0, 0.0])
+        self.assertAlmostEqual(group["advantages"][0], 1.0, places=4)
+        self.assertAlmostEqual(group["advantages"][1], -1.0, places=4)
+        self.assertEqual((run.summary["rollouts"], run.summary["solved"], run.summary["meanReward"]), (2, 1, 0.5))
+        state = client.rollouts.get(run.id)
+        self.assertEqual((state["status"], state["summary"]), ("ended", run.summary))
+
+        # The stream read again from its third event gives the rest, and the same summary.
+        again = client.rollouts.events(run.id, after="3")
+        self.assertEqual([e.id for e in again], ["4", "5", "6"])
+        self.assertEqual(again.summary, run.summary)
+
+        with self.assertRaises(SextantError) as caught:
+            list(client.rollouts.run(TASKSET, {"model": "no-such-model"}, group_size=1))
+        self.assertEqual(caught.exception.code, "not_found")
+
 
 if __name__ == "__main__":
     unittest.main()
