@@ -4,6 +4,7 @@ from ._errors import SextantConnectionError, SextantError
 from ._http import VERSION as __version__
 from .client import Client, Session, Sessions, StepResult, Tasksets, VerifyResult
 from .rollouts import RolloutEvent, RolloutRun, Rollouts
+from .taskset_map import TaskRef, TaskSetMap, load_taskset_map
 
 __all__ = [
     "Client",
@@ -15,7 +16,10 @@ __all__ = [
     "SextantConnectionError",
     "SextantError",
     "StepResult",
+    "TaskRef",
+    "TaskSetMap",
     "Tasksets",
     "VerifyResult",
+    "load_taskset_map",
     "__version__",
 ]

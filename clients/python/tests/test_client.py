@@ -15,7 +15,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from standin_edge import StandinEdge  # noqa: E402
 
-from sextant_envs import Client, SextantConnectionError, SextantError  # noqa: E402
+from sextant_envs import Client, SextantConnectionError, SextantError, load_taskset_map  # noqa: E402
 from sextant_envs._http import retry_after_seconds  # noqa: E402
 from sextant_envs._sse import read_events  # noqa: E402
 
@@ -259,6 +259,23 @@ class RolloutTest(unittest.TestCase):
         with self.assertRaises(SextantError) as caught:
             run.result()
         self.assertEqual((caught.exception.code, caught.exception.status), ("invalid_request", 400))
+
+
+class TaskSetMapTest(unittest.TestCase):
+    def test_the_push_map_names_each_tasks_index(self) -> None:
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, ".sextant-taskset.json"), "w") as file:
+                json.dump({"id": "tset_1", "baseUrl": "http://127.0.0.1:8787", "pushedAt": "2026-01-01T00:00:00.000Z",
+                           "tasks": {"a/greeting": {"index": 0, "sha256": "ab" * 32, "bytes": 120},
+                                     "b/plain": {"index": 1, "sha256": "cd" * 32, "bytes": 99}}}, file)
+            pushed = load_taskset_map(root)
+            self.assertEqual(load_taskset_map(os.path.join(root, ".sextant-taskset.json")), pushed)
+        self.assertEqual((pushed.id, pushed.index("b/plain"), pushed.tasks["a/greeting"].bytes), ("tset_1", 1, 120))
+        with self.assertRaisesRegex(KeyError, "no task named 'c'.*a/greeting, b/plain"):
+            pushed.index("c")
 
 
 class ServerSentEventsTest(unittest.TestCase):
