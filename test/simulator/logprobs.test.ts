@@ -106,7 +106,8 @@ describe("the simulator's log-probabilities", () => {
       },
     ];
     const whole = await client.chat.completions.create({ model: "sim-model", messages, tools, logprobs: true });
-    const args = whole.choices[0]!.message.tool_calls![0]!.function.arguments;
+    const call = whole.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    const args = call.function.arguments;
     expect(whole.choices[0]!.logprobs!.content!.map((e) => e.token).join("")).toBe(args);
 
     await expect(
