@@ -18,21 +18,28 @@ import {
   type EventType,
   type Task,
   type TaskEvent,
-  type TaskWorkspace,
   type UploadTaskFilesRequest,
 } from "../../protocol/agents/task.js";
 import { importDataKey, seal, unseal } from "./seal.js";
-import { SandboxClient, SandboxUnavailable, sandboxHost, type SandboxSettings } from "./sandbox-client.js";
+import { SandboxClient, SandboxUnavailable, sandboxHost, tenantTag, type SandboxSettings } from "./sandbox-client.js";
 import { allowedArchiveOrigins, ArchiveError, importArchive, UNUSABLE_ARCHIVE, type ArchiveReport } from "./archive.js";
 import { RetryLater, runTurn, type LoopHost } from "./loop.js";
 import { guarded, TaskNotReady } from "./result.js";
-import { TaskStore, type TaskState } from "./store.js";
+import { reportRollout } from "./rollout.js";
+import { EnvTasks, type CreateEnvTask, type SessionHost } from "./session.js";
+import { TaskStore, type CreateTask, type TaskState } from "./store.js";
+
+export type { CreateTask };
 import type { ChatMessage } from "./turn.js";
+import type { StepRequest } from "../../protocol/envs/api.js";
+import type { EnvRunNamespace } from "../../protocol/envs/run.js";
 
 interface AgentTaskEnv extends SandboxSettings {
   AGENT_GATEWAY: AgentModelGateway;
   AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
   ALLOW_PRIVATE_ARCHIVE_ORIGINS?: string;
+  /** The rollout runs' objects, which a rollout tells of its end (absent where no runs are deployed). */
+  ENV_RUN?: EnvRunNamespace;
 }
 
 /** Failures of the model or the sandbox host in a row before the task ends. */
@@ -42,27 +49,13 @@ const MAX_ARCHIVE_TRIES = 3;
 /** Seconds an ended task's sandbox (and so its diff and readable events) outlives it without use. */
 const SANDBOX_IDLE_TTL_SECONDS = 3600;
 
-export interface CreateTask {
-  id: string;
-  orgId: string;
-  userId: string;
-  keyId: string;
-  prompt: string;
-  model: string;
-  limits: Partial<TaskLimits>;
-  /** Upload files before starting (`start`), or start at once on an empty tree. */
-  waitForUpload: boolean;
-  /** Passed to the sandbox (which keeps the secret in memory); the object keeps only the id. */
-  workspace?: TaskWorkspace | undefined;
-  /** A `.tar.gz` or `.tar` to fetch into the sandbox before the task starts by itself. */
-  archiveUrl?: string | undefined;
-}
-
 export class AgentTask extends DurableObject<AgentTaskEnv> {
   private readonly store: TaskStore;
   private key: CryptoKey | undefined;
   private readonly listeners = new Set<() => void>();
   private readonly host: LoopHost;
+  private readonly envTasks: EnvTasks;
+  private readonly envHost: SessionHost;
   /** The conversation as far as this instance has unsealed it: messages are only ever appended. */
   private readonly unsealed: ChatMessage[] = [];
 
@@ -81,6 +74,13 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       mustState: () => this.mustState(),
       conversation: (key) => this.conversation(key),
     };
+    this.envHost = {
+      ...this.host,
+      setKey: (key) => (this.key = key),
+      tenant: tenantTag,
+      runs: () => env.ENV_RUN,
+    };
+    this.envTasks = new EnvTasks(this.envHost);
   }
 
   private sandbox(id: string): SandboxClient {
@@ -208,8 +208,36 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     return this.view(state);
   }
 
-  create(input: CreateTask) {
-    return guarded(() => this.createTask(input));
+  /** An agent task, or (`kind: "rollout"`) the production loop on a task-set task for a run. */
+  create(input: CreateTask | (CreateEnvTask & { kind: "rollout" })) {
+    return guarded(async () => {
+      if (!("kind" in input)) return this.createTask(input);
+      const { state } = await this.envTasks.create(input);
+      return this.view(state);
+    });
+  }
+  /** An environment session: the task's sandbox, its tools and first observation; its turns come from `step`. */
+  openSession(input: CreateEnvTask & { kind: "env" }) {
+    return guarded(async () => {
+      const { state, instruction } = await this.envTasks.create(input);
+      return this.envTasks.created(state, instruction);
+    });
+  }
+  session() {
+    return guarded(() => this.envTasks.serial(async () => this.envTasks.get()));
+  }
+  step(request: StepRequest) {
+    return guarded(() => this.envTasks.serial(() => this.envTasks.step(request)));
+  }
+  verify() {
+    return guarded(() => this.envTasks.serial(() => this.envTasks.verify()));
+  }
+  sessionDiff() {
+    return guarded(() => this.envTasks.serial(() => this.envTasks.diff()));
+  }
+  /** Ends the session at once (a step in flight included) and destroys its sandbox. */
+  closeSession() {
+    return guarded(() => this.envTasks.destroy());
   }
   upload(files: UploadTaskFilesRequest["files"]) {
     return guarded(() => this.uploadFiles(files));
@@ -328,7 +356,8 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     // The first end stands: a caller holding a copy read before a cancel (or another end) landed
     // must not overwrite it, nor record a second end.
     if (isTerminal(this.mustState().status)) return;
-    const status = reason === "finished" ? "finished" : reason === "cancelled" ? "cancelled" : "failed";
+    const status =
+      reason === "finished" || reason === "verified" ? "finished" : reason === "cancelled" ? "cancelled" : "failed";
     state.status = status;
     state.endReason = reason;
     state.endedAt = new Date().toISOString();
@@ -341,10 +370,14 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     await this.env.AGENT_QUOTA.get(this.env.AGENT_QUOTA.idFromName(state.orgId))
       .settle(state.id, state.usage.sandboxSeconds)
       .catch(() => undefined);
+    // A rollout is verified and reported by the alarm, which retries both.
+    if (state.kind === "rollout") await this.ctx.storage.setAlarm(Date.now());
   }
 
   override async alarm(): Promise<void> {
     const state = this.store.state();
+    if (state?.kind === "env") return this.envTasks.alarm(state);
+    if (state?.kind === "rollout" && isTerminal(state.status)) return reportRollout(this.envHost, this.envTasks, state);
     const source = state?.status === "uploading" ? this.store.source() : undefined;
     if (!state || (state.status !== "running" && !source)) return;
     try {
@@ -381,17 +414,4 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       this.notify();
     }
   }
-
-  /** One turn: the model's answer (unless the last turn's calls are still pending), then its calls. */
-}
-
-/**
- * The org as the sandbox host knows it, for sharing its workers and CPU fairly: a hash, so the host
- * (which holds no key and stores nothing) never learns an org's id.
- */
-async function tenantTag(orgId: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`sextant-sandbox-tenant:${orgId}`));
-  let text = "";
-  for (const byte of new Uint8Array(digest).subarray(0, 16)) text += String.fromCharCode(byte);
-  return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }

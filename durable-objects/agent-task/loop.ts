@@ -21,6 +21,7 @@ import {
   parseAnswer,
   promptTokens,
   type ChatMessage,
+  type ParsedAnswer,
 } from "./turn.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
 
@@ -49,7 +50,26 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
     state = host.mustState();
     if (finished || state.status !== "running") return;
   }
+  const { finishSummary } = await runRecordedCalls(host, key);
+  state = host.mustState();
+  if (state.status !== "running") return;
+  if (finishSummary !== undefined) {
+    await host.end(state, "finished", { summary: finishSummary });
+    return;
+  }
+  await host.storage.setAlarm(Date.now());
+}
+
+/**
+ * Runs the recorded calls still pending (as concurrently as they allow, `schedule.ts`), each under
+ * its call id, recording each result as it arrives: the part of a turn after its answer, shared by
+ * the production loop (the answer came from the model) and an environment session's step (it came
+ * from the step request). `finishSummary` is set when a call was `finish`.
+ */
+export async function runRecordedCalls(host: LoopHost, key: CryptoKey): Promise<{ finishSummary?: string }> {
+  const state = host.mustState();
   const pending = host.store.pendingCalls();
+  if (pending.length === 0) return {};
   const calls = await Promise.all(
     pending.map(async (c) => ({
       row: c,
@@ -93,17 +113,12 @@ export async function runTurn(host: LoopHost, initial: TaskState): Promise<void>
       await recordResult(host, key, call.row.id, call.callId, call.name, outcome);
     },
   );
-  state = host.mustState();
-  if (commandSeconds > state.usage.sandboxSeconds) {
-    state.usage.sandboxSeconds = Math.round(commandSeconds * 1000) / 1000;
-    host.store.saveState(state);
+  const after = host.mustState();
+  if (commandSeconds > after.usage.sandboxSeconds) {
+    after.usage.sandboxSeconds = Math.round(commandSeconds * 1000) / 1000;
+    host.store.saveState(after);
   }
-  if (state.status !== "running") return;
-  if (finishSummary !== undefined) {
-    await host.end(state, "finished", { summary: finishSummary });
-    return;
-  }
-  await host.storage.setAlarm(Date.now());
+  return finishSummary === undefined ? {} : { finishSummary };
 }
 
 /**
@@ -172,6 +187,8 @@ async function recordResult(
   const event = await seal(key, { callId: id, tool: name, ...outcome });
   host.storage.transactionSync(() => {
     const state = host.mustState();
+    // A session answers a step it already ran from these, so it keeps each call's message.
+    if (state.kind === "env") host.store.saveResult(id, message);
     if (state.status !== "running") {
       // The task ended (cancelled, or out of wall time) while the call ran: nothing follows its end.
       host.store.completeCall(id);
@@ -228,6 +245,28 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
     await host.end(current, "model_error", { message: modelErrorMessage(answer.status, answer.body) });
     return true;
   }
+  await recordTurn(host, current, key, turn, startedAt, parsed);
+  if (parsed.toolCalls.length === 0) {
+    // An answer without calls ends the task: the agent has nothing more to do until asked.
+    await host.end(current, "finished", { summary: parsed.content ?? "" });
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Records turn `turn`: its start, the assistant's answer and its calls, in one transaction, so a
+ * turn cut short before it is recorded leaves no trace (and is asked again), and one recorded has
+ * every call it asked for pending, each under the id the sandbox host runs only once.
+ */
+export async function recordTurn(
+  host: LoopHost,
+  current: TaskState,
+  key: CryptoKey,
+  turn: number,
+  startedAt: string,
+  parsed: ParsedAnswer,
+): Promise<void> {
   const assistant: ChatMessage = {
     role: "assistant",
     content: parsed.content,
@@ -255,8 +294,6 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
   );
   const sealedStart = await seal(key, { turn });
   const at = new Date().toISOString();
-  // The turn's start, the answer and its calls in one transaction: a turn cut short before it is
-  // recorded leaves no trace, and is asked again.
   host.storage.transactionSync(() => {
     current.usage.turns = turn;
     current.usage.tokens += parsed.tokens;
@@ -270,12 +307,6 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
     }
   });
   host.notify();
-  if (calls.length === 0) {
-    // An answer without calls ends the task: the agent has nothing more to do until asked.
-    await host.end(current, "finished", { summary: parsed.content ?? "" });
-    return true;
-  }
-  return false;
 }
 
 export class RetryLater extends Error {

@@ -8,6 +8,8 @@ import {
   CallResponse,
   DiffResponse,
   SandboxInfo,
+  SolveResponse,
+  VerifyResponse,
   SearchPrepareResponse,
   UploadFilesResponse,
   type CreateSandboxRequest,
@@ -105,12 +107,27 @@ export class SandboxClient {
     return json;
   }
 
-  async create(request: Omit<CreateSandboxRequest, "id">): Promise<SandboxInfo> {
+  /** With `task`, the sandbox starts from that archive's task (404 `not_found` if the host lacks it). */
+  async create(request: Omit<CreateSandboxRequest, "id"> & { task?: { archive: string } }): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request("POST", "", { ...request, id: this.id }));
   }
 
   async info(): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request("GET", `/${this.id}`));
+  }
+
+  /** Runs the task's tests on the tree (once per call id; a repeat answers the record). */
+  async verify(callId: string, timeoutMs?: number): Promise<VerifyResponse> {
+    return VerifyResponse.parse(
+      await this.request("POST", `/${this.id}/verify/${encodeURIComponent(callId)}`, timeoutMs ? { timeoutMs } : {}),
+    );
+  }
+
+  /** Runs the task's reference solution on the tree (once per call id). */
+  async solve(callId: string, timeoutMs?: number): Promise<SolveResponse> {
+    return SolveResponse.parse(
+      await this.request("POST", `/${this.id}/solve/${encodeURIComponent(callId)}`, timeoutMs ? { timeoutMs } : {}),
+    );
   }
 
   async upload(files: UploadFilesRequest["files"]): Promise<{ files: number; bytes: number }> {
@@ -144,4 +161,51 @@ export class SandboxClient {
       if (!(err instanceof SandboxUnavailable && err.status === 404)) throw err;
     }
   }
+}
+
+/**
+ * Streams a task archive to the sandbox host (`PUT /v1/archives/{sha256}`), which checks its hash
+ * and its task; the host's answer comes back as it is, status and body, for the edge to pass on.
+ */
+export async function putArchive(
+  host: SandboxHostConfig,
+  sha256: string,
+  body: ReadableStream<Uint8Array>,
+  bytes: number,
+): Promise<{ status: number; body: unknown }> {
+  let response: Response;
+  try {
+    response = await (host.fetcher ?? globalThis).fetch(`${host.url.replace(/\/$/, "")}/v1/archives/${sha256}`, {
+      method: "PUT",
+      headers: {
+        Authorization: `Bearer ${host.token}`,
+        "Content-Type": "application/gzip",
+        "Content-Length": String(bytes),
+      },
+      body,
+      // A streamed body: workerd sends it as it comes.
+      duplex: "half",
+    } as RequestInit);
+  } catch (err) {
+    throw new SandboxUnavailable(`The sandbox host is unreachable: ${(err as Error).message}`, null);
+  }
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, body: json };
+}
+
+/**
+ * The org as the sandbox host knows it, for sharing its workers and CPU fairly: a hash, so the host
+ * (which holds no key and stores nothing) never learns an org's id.
+ */
+export async function tenantTag(orgId: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`sextant-sandbox-tenant:${orgId}`));
+  let text = "";
+  for (const byte of new Uint8Array(digest).subarray(0, 16)) text += String.fromCharCode(byte);
+  return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }

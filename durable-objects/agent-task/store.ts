@@ -3,7 +3,30 @@
  * and queued follow-ups, and each tool call's progress. Every payload that can hold code is sealed
  * (`seal.ts`) before it is written.
  */
-import type { EndReason, EventType, TaskLimits, TaskStatus, TaskUsage } from "../../protocol/agents/task.js";
+import type {
+  EndReason,
+  EventType,
+  TaskLimits,
+  TaskStatus,
+  TaskUsage,
+  TaskWorkspace,
+} from "../../protocol/agents/task.js";
+
+export interface CreateTask {
+  id: string;
+  orgId: string;
+  userId: string;
+  keyId: string;
+  prompt: string;
+  model: string;
+  limits: Partial<TaskLimits>;
+  /** Upload files before starting (`start`), or start at once on an empty tree. */
+  waitForUpload: boolean;
+  /** Passed to the sandbox (which keeps the secret in memory); the object keeps only the id. */
+  workspace?: TaskWorkspace | undefined;
+  /** A `.tar.gz` or `.tar` to fetch into the sandbox before the task starts by itself. */
+  archiveUrl?: string | undefined;
+}
 
 export interface TaskState {
   id: string;
@@ -22,6 +45,42 @@ export interface TaskState {
   retries: number;
   /** The workspace codebase_search reads; its secret is only in the sandbox. Absent: no codebase_search. */
   workspaceId?: string;
+  /**
+   * What runs the turns: absent, the production loop for a user (an agent task); `env`, an
+   * environment session whose turns come from its step requests; `rollout`, the production loop on
+   * a task-set task for a run, verified when it ends.
+   */
+  kind?: "env" | "rollout";
+  /** The task-set task a session or rollout works on. */
+  env?: EnvTaskState;
+}
+
+export interface EnvTaskState {
+  taskSetId: string;
+  taskIndex: number;
+  sha256: string;
+  seed?: number;
+  /** A session with no request for this long ends itself. */
+  idleSeconds: number;
+  /** When the session last had a request (ms since the epoch). */
+  lastSeenAt: number;
+  /** Set once verified: no step runs after it. */
+  reward?: number;
+  components?: Record<string, number>;
+  /** A rollout: the sampling its model calls are made with, and the run told when it ends. */
+  sampling?: Sampling;
+  parent?: { runId: string; member: number };
+  /** A rollout whose end the run has been told of. */
+  reported?: boolean;
+  /** The sandbox was destroyed (the session was deleted or sat idle): nothing more can run. */
+  destroyed?: boolean;
+}
+
+export interface Sampling {
+  temperature?: number;
+  top_p?: number;
+  max_tokens?: number;
+  seed?: number;
 }
 
 export interface StoredEvent {
@@ -52,6 +111,8 @@ export class TaskStore {
         id TEXT PRIMARY KEY, turn INTEGER NOT NULL, idx INTEGER NOT NULL, tool TEXT NOT NULL,
         state TEXT NOT NULL, sealed BLOB NOT NULL
       );
+      CREATE TABLE IF NOT EXISTS call_results (id TEXT PRIMARY KEY, sealed BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS verdict (one INTEGER PRIMARY KEY CHECK (one = 1), sealed BLOB NOT NULL);
     `);
   }
 
@@ -146,5 +207,30 @@ export class TaskStore {
 
   completeCall(id: string): void {
     this.sql.exec("UPDATE calls SET state = 'done' WHERE id = ?", id);
+  }
+
+  /** A call's tool message as the model (or a session's client) was sent it. */
+  saveResult(id: string, sealed: Uint8Array): void {
+    this.sql.exec("INSERT OR REPLACE INTO call_results (id, sealed) VALUES (?, ?)", id, sealed);
+  }
+
+  /** Turn `turn`'s calls in order, each with its recorded tool message (null if none was recorded). */
+  turnResults(turn: number): { id: string; call: ArrayBuffer; result: ArrayBuffer | null }[] {
+    return this.sql
+      .exec<{ id: string; call: ArrayBuffer; result: ArrayBuffer | null }>(
+        `SELECT c.id AS id, c.sealed AS call, r.sealed AS result FROM calls c
+         LEFT JOIN call_results r ON r.id = c.id WHERE c.turn = ? ORDER BY c.idx`,
+        turn,
+      )
+      .toArray();
+  }
+
+  /** The task's verification (sealed: its log can hold the tests' output). */
+  setVerdict(sealed: Uint8Array): void {
+    this.sql.exec("INSERT OR REPLACE INTO verdict (one, sealed) VALUES (1, ?)", sealed);
+  }
+
+  verdict(): ArrayBuffer | undefined {
+    return this.sql.exec<{ sealed: ArrayBuffer }>("SELECT sealed FROM verdict WHERE one = 1").toArray()[0]?.sealed;
   }
 }

@@ -46,26 +46,44 @@ const jsonLength = (message: ChatMessage) => {
 export const promptTokens = (messages: readonly ChatMessage[]) =>
   Math.ceil((messages.reduce((sum, m) => sum + jsonLength(m), 0) + Math.max(2, messages.length + 1)) / 3) + 2000;
 
-/** Why the next turn may not start, if a budget says so. `commandSeconds` is how long the sandbox's commands have run. */
-export function budgetStop(state: TaskState, now: number, commandSeconds: number, prompt: number): EndReason | null {
+/**
+ * Why the next turn may not start, if a budget says so. `commandSeconds` is how long the sandbox's
+ * commands have run; `prompt` is the next prompt's tokens, or null where tokens are not metered (an
+ * environment session: its client's model is not called through the edge).
+ */
+export function budgetStop(
+  state: TaskState,
+  now: number,
+  commandSeconds: number,
+  prompt: number | null,
+): EndReason | null {
   const { limits, usage } = state;
   if (usage.turns >= limits.turns) return "turns";
   if (state.startedAt && now - Date.parse(state.startedAt) >= limits.wallSeconds * 1000) return "wall_time";
   if (limits.sandboxSeconds - commandSeconds < MIN_COMMAND_SECONDS) return "sandbox_time";
   if (usage.outputBytes >= limits.outputBytes) return "output_bytes";
-  if (limits.tokens - usage.tokens < prompt + MIN_COMPLETION_TOKENS) return "tokens";
+  if (prompt !== null && limits.tokens - usage.tokens < prompt + MIN_COMPLETION_TOKENS) return "tokens";
   return null;
 }
 
 /** The chat request of a turn: the conversation, the tools, and the completion tokens reserved for it. */
 export function chatRequest(state: TaskState, messages: readonly ChatMessage[], prompt: number) {
+  // A rollout's model is called with the run's sampling; an agent task's with the backend's defaults.
+  const sampling = state.env?.sampling;
   return {
     model: state.model,
     messages: [{ role: "system", content: SYSTEM_PROMPT }, ...messages],
     tools: openAiTools({ searchable: state.workspaceId !== undefined }),
     tool_choice: "auto",
     parallel_tool_calls: true,
-    max_tokens: Math.min(MAX_COMPLETION_TOKENS, state.limits.tokens - state.usage.tokens - prompt),
+    max_tokens: Math.min(
+      sampling?.max_tokens ?? MAX_COMPLETION_TOKENS,
+      MAX_COMPLETION_TOKENS,
+      state.limits.tokens - state.usage.tokens - prompt,
+    ),
+    ...(sampling?.temperature !== undefined ? { temperature: sampling.temperature } : {}),
+    ...(sampling?.top_p !== undefined ? { top_p: sampling.top_p } : {}),
+    ...(sampling?.seed !== undefined ? { seed: sampling.seed } : {}),
     stream: false,
   };
 }

@@ -108,6 +108,9 @@ export const END_REASONS = [
   "sandbox_error",
   "sandbox_gone",
   "source_error",
+  /** An environment session: verified (no step runs after it), or no request for its idle time. */
+  "verified",
+  "idle",
 ] as const;
 export const EndReason = z.enum(END_REASONS);
 export type EndReason = z.infer<typeof EndReason>;

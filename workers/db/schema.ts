@@ -135,7 +135,34 @@ export const agentTasks = sqliteTable(
       .notNull()
       .references(() => users.id, { onDelete: "cascade" }),
     model: text("model").notNull(),
+    /** `agent` (the task API's), `env` (an environment session) or `rollout` (a run's member): each API lists its own. */
+    kind: text("kind", { enum: ["agent", "env", "rollout"] })
+      .notNull()
+      .default("agent"),
     createdAt: createdAt(),
   },
   (t) => [index("agent_tasks_org_created_idx").on(t.orgId, t.createdAt)],
+);
+
+/**
+ * An org's task sets: the manifest of each (its tasks' archive hashes, sizes and honoured settings,
+ * in order; a task is named by its index or its hash). The tasks' names, instructions and files stay
+ * with the client and the sandbox host.
+ */
+export const taskSets = sqliteTable(
+  "task_sets",
+  {
+    id: text("id").primaryKey(),
+    orgId: text("org_id")
+      .notNull()
+      .references(() => orgs.id, { onDelete: "cascade" }),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id, { onDelete: "cascade" }),
+    /** JSON: `[{ sha256, bytes, settings }]`. */
+    manifest: text("manifest").notNull(),
+    tasks: integer("tasks").notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [index("task_sets_org_created_idx").on(t.orgId, t.createdAt)],
 );

@@ -69,7 +69,9 @@ async function ownTask(c: Context<AppEnv>) {
   const [row] = await database(c.env.DB)
     .select({ id: agentTasks.id })
     .from(agentTasks)
-    .where(and(eq(agentTasks.id, id), eq(agentTasks.orgId, c.get("principal").org.id)))
+    .where(
+      and(eq(agentTasks.id, id), eq(agentTasks.orgId, c.get("principal").org.id), eq(agentTasks.kind, "agent")),
+    )
     .limit(1);
   if (!row) throw new ApiError("not_found", `No agent task \`${id}\` in your org.`);
   return stubOf(c, id);
@@ -153,7 +155,8 @@ export const agents = new Hono<AppEnv>()
     const rows = await database(c.env.DB)
       .select({ id: agentTasks.id })
       .from(agentTasks)
-      .where(eq(agentTasks.orgId, c.get("principal").org.id))
+      // Sessions and rollouts are AgentTask objects too; each has its own API.
+      .where(and(eq(agentTasks.orgId, c.get("principal").org.id), eq(agentTasks.kind, "agent")))
       .orderBy(desc(agentTasks.createdAt))
       .limit(50);
     const tasks = await Promise.all(rows.map(async (r) => (await stubOf(c, r.id).get()) as TaskResult<Task>));

@@ -1,0 +1,65 @@
+/**
+ * A rollout's end: once its loop has ended, the task's tests score its tree (once: the verify call
+ * id makes a repeat answer the record), and its run is told (`ENV_RUN`'s `rolloutEnded`), each
+ * retried by the task's alarm with backoff. Out of tries at verifying, the run is told there is no
+ * reward and why; out of tries at telling it, the run learns of the end when it reads the task.
+ */
+import type { RolloutEnded } from "../../protocol/envs/run.js";
+import { SandboxUnavailable } from "./sandbox-client.js";
+import type { EnvTasks, SessionHost } from "./session.js";
+import type { TaskState } from "./store.js";
+
+/** Tries at verifying an ended rollout and at telling its run. */
+const MAX_REPORT_TRIES = 12;
+
+export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: TaskState): Promise<void> {
+  const env = state.env!;
+  if (env.reported) return;
+  let verifyError: string | undefined;
+  if (env.reward === undefined) {
+    try {
+      const key = await host.dataKey(state);
+      if (!key) verifyError = "The rollout's sandbox is gone.";
+      else await tasks.verifyNow(state, key);
+    } catch (err) {
+      if (!(err instanceof SandboxUnavailable)) throw err;
+      if (err.status !== 404 && (await retry(host))) return;
+      verifyError = err.message;
+    }
+  }
+  const current = host.mustState();
+  const runs = host.runs();
+  if (runs && current.env?.parent) {
+    const ended: RolloutEnded = {
+      runId: current.env.parent.runId,
+      member: current.env.parent.member,
+      taskId: current.id,
+      reward: current.env.reward ?? null,
+      components: current.env.components ?? {},
+      outcome: current.endReason ?? "finished",
+      ...(verifyError ? { verifyError } : {}),
+      usage: current.usage,
+      startedAt: current.startedAt,
+      endedAt: current.endedAt,
+    };
+    try {
+      await runs.get(runs.idFromName(ended.runId)).rolloutEnded(ended);
+    } catch {
+      if (await retry(host)) return;
+    }
+  }
+  const done = host.mustState();
+  done.env!.reported = true;
+  done.retries = 0;
+  host.store.saveState(done);
+}
+
+/** Schedules another try; false when out of tries. */
+async function retry(host: SessionHost): Promise<boolean> {
+  const state = host.mustState();
+  state.retries++;
+  host.store.saveState(state);
+  if (state.retries >= MAX_REPORT_TRIES) return false;
+  await host.storage.setAlarm(Date.now() + 1000 * 2 ** Math.min(state.retries, 8));
+  return true;
+}

@@ -1,0 +1,35 @@
+/**
+ * What a rollout's task object tells the run that made it once the rollout has ended and been
+ * verified: an RPC on the run's object (`ENV_RUN`, by the run's id), made until it is answered, so
+ * the run hears of each member's end at least once (a member's report is idempotent by its
+ * `member` and `taskId`).
+ */
+import type { EndReason, TaskUsage } from "../agents/task.js";
+
+export interface RolloutEnded {
+  runId: string;
+  member: number;
+  /** The rollout's AgentTask id. */
+  taskId: string;
+  /** Null when the rollout could not be verified (its sandbox was gone, or verification failed). */
+  reward: number | null;
+  components: Record<string, number>;
+  /** Why the rollout's loop ended (`finished`, a budget, `model_error`, ...). */
+  outcome: EndReason;
+  /** Why it has no reward, when it has none. */
+  verifyError?: string;
+  usage: TaskUsage;
+  startedAt: string | null;
+  endedAt: string | null;
+}
+
+/** The part of the run's object a rollout calls. */
+export interface EnvRunCallback {
+  rolloutEnded(ended: RolloutEnded): Promise<unknown>;
+}
+
+/** The binding a rollout reaches its run through (typed loosely: the run's class is not the task's to know). */
+export interface EnvRunNamespace<Id = unknown> {
+  idFromName(name: string): Id;
+  get(id: Id): EnvRunCallback;
+}
