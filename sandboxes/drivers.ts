@@ -16,7 +16,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { SandboxLimits } from "../protocol/agents/sandbox.js";
 import { runCapped, type RunResult, type SpawnSpec } from "./process.js";
 
@@ -38,6 +38,20 @@ export interface RunOptions {
    */
   cgroupJoin?: string[];
   signal?: AbortSignal;
+  /**
+   * Host directories the command sees at fixed paths (a task's `/tests`, `/logs/verifier`,
+   * `/solution`): bubblewrap binds them in its namespace; `direct` binds them in a mount namespace of
+   * the command's own (`unshare`, as root only), so no other process of the machine sees them.
+   */
+  binds?: Bind[];
+  /** Another path the tree is mounted at (a task's WORKDIR), besides /workspace: bubblewrap only. */
+  alsoAt?: string;
+}
+
+export interface Bind {
+  source: string;
+  dest: string;
+  readOnly: boolean;
 }
 
 export interface SandboxDriver {
@@ -106,6 +120,15 @@ function bubblewrapArgs(opts: RunOptions): string[] {
     ? ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     : ["--unshare-all"];
   const tmp = opts.scratch ? ["--bind", opts.scratch, "/tmp"] : ["--perms", "1777", "--tmpfs", "/tmp"];
+  // The directories above a bind are made by bubblewrap too: 0755, so the command's uid can pass.
+  const above = new Set<string>();
+  for (const dest of [opts.alsoAt, ...(opts.binds ?? []).map((b) => b.dest)])
+    for (let dir = dest && dirname(dest); dir && dir !== "/"; dir = dirname(dir)) above.add(dir);
+  const extra = [
+    ...[...above].sort().flatMap((dir) => ["--perms", "0755", "--dir", dir]),
+    ...(opts.alsoAt ? ["--bind", opts.tree, opts.alsoAt] : []),
+    ...(opts.binds ?? []).flatMap((b) => [b.readOnly ? "--ro-bind" : "--bind", b.source, b.dest]),
+  ];
   return [
     ...rlimits(opts),
     "--",
@@ -117,6 +140,7 @@ function bubblewrapArgs(opts: RunOptions): string[] {
     "--bind",
     opts.tree,
     "/workspace",
+    ...extra,
     ...tmp,
     "--proc",
     "/proc",
@@ -147,8 +171,11 @@ export const directDriver: SandboxDriver = {
   workdir: (tree) => tree,
   run(opts) {
     const scratch = opts.scratch ?? join(opts.tree, "..", "scratch");
+    if (opts.binds?.length && !isRoot())
+      return Promise.reject(new Error("The direct driver binds paths for a command only as root."));
     const argv = [
       ...(opts.cgroupJoin ?? []),
+      ...(opts.binds?.length ? privateMounts(opts.binds) : []),
       ...dropTo(opts.uid),
       "prlimit",
       ...rlimits(opts),
@@ -164,6 +191,28 @@ export const directDriver: SandboxDriver = {
     return runCapped(spec, { timeoutMs: opts.timeoutMs, outputBytes: opts.limits.outputBytes, signal: opts.signal });
   },
 };
+
+/**
+ * Runs the rest of the argv (as root) in a mount namespace of its own where each bind is mounted:
+ * the mount points are made on the machine's filesystem, empty, and what is mounted on them is seen
+ * only inside the namespace.
+ */
+const MOUNT = `while [ "$1" != -- ]; do mkdir -p "$3" && mount --bind "$2" "$3" || exit 125; if [ "$1" = ro ]; then mount -o remount,bind,ro "$3" || exit 125; fi; shift 3; done; shift; exec "$@"`;
+function privateMounts(binds: Bind[]): string[] {
+  return [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "sh",
+    "-c",
+    MOUNT,
+    "sh",
+    ...binds.flatMap((b) => [b.readOnly ? "ro" : "rw", b.source, b.dest]),
+    "--",
+  ];
+}
 
 export const DRIVERS: Record<DriverName, SandboxDriver> = { bubblewrap: bubblewrapDriver, direct: directDriver };
 

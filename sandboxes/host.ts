@@ -34,10 +34,13 @@ import { killUid, sweepShared } from "./leftovers.js";
 import { DRIVERS, type SandboxDriver } from "./drivers.js";
 import { HttpError, parse, send } from "./http.js";
 import { router } from "./routes.js";
+import { placeFiles } from "./place-files.js";
 import { OutsideTree, TaskIndex } from "./search.js";
+import { TaskArchives } from "./task-archives.js";
 import { runTool } from "./tools.js";
-import { TreeError, TreeFs } from "./tree-fs.js";
+import { TreeFs } from "./tree-fs.js";
 import { TreePool } from "./tree-pool.js";
+import { runPhase, type SandboxTask } from "./verify.js";
 
 export interface SandboxHostOptions {
   host?: string;
@@ -59,6 +62,10 @@ export interface SandboxHostOptions {
    * One tenant holds at most `tenantShare` of each (default 1/2), so no org can take the host.
    */
   capacity?: CapacityOptions;
+  /** Bytes of unpacked Harbor tasks held in memory at most (default 512 MiB); the oldest go first. */
+  archiveCacheBytes?: number;
+  /** The largest task archive taken (default 64 MiB). */
+  maxArchiveBytes?: number;
 }
 
 export interface SandboxHost {
@@ -100,6 +107,8 @@ interface Sandbox {
   destroyed: boolean;
   /** The workspace codebase_search reads (its secret only ever in this process's memory). */
   index: TaskIndex | undefined;
+  /** The Harbor task it was made from (held in this process's memory only). */
+  task: SandboxTask | undefined;
 }
 
 const RecordedCall = ToolOutcome.and(z.object({ durationMs: z.number() }));
@@ -131,6 +140,8 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     disk: tmpfs ? "tmpfs" : "file-size",
   };
   const pool = new TreePool();
+  const archives = new TaskArchives(options.archiveCacheBytes);
+  const maxArchive = options.maxArchiveBytes ?? archives.limits.archiveBytes;
   async function destroy(s: Sandbox): Promise<void> {
     if (s.destroyed) return;
     s.destroyed = true;
@@ -159,6 +170,17 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     ...(await s.fs.usage()),
     commandSeconds: Math.round(s.commandSeconds * 1000) / 1000,
     createdAt: s.createdAt,
+    ...(s.task && {
+      task: {
+        archive: s.task.sha256,
+        instruction: s.task.task.instruction,
+        verifierTimeoutSec: s.task.task.settings.verifierTimeoutSec,
+        agentTimeoutSec: s.task.task.settings.agentTimeoutSec,
+        hasSolution: s.task.task.solution !== undefined,
+        settings: s.task.task.settings,
+        verified: s.task.verifiedBy !== undefined,
+      },
+    }),
   });
 
   const sandbox = (id: string): Sandbox => {
@@ -170,6 +192,9 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
 
   async function create(body: unknown): Promise<[number, unknown]> {
     const request = parse(CreateSandboxRequest, body);
+    const cached = request.task && archives.touch(request.task.archive);
+    if (request.task && !cached)
+      throw new HttpError(404, "not_found", `The host does not hold archive ${request.task.archive}; upload it first.`);
     const held = await Promise.all(
       [...sandboxes.values()].map(async (s) => ({ tenant: s.tenant, usedBytes: (await s.disk.usedBytes()) ?? 0 })),
     );
@@ -212,57 +237,38 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       abort: new AbortController(),
       destroyed: false,
       index: request.workspace && new TaskIndex(request.workspace),
+      task: cached && { sha256: cached.sha256, task: cached.task, verifiedBy: undefined },
     };
     sandboxes.set(s.id, s);
     await mkdir(join(dir, "calls"), { mode: 0o700 });
     await mkdir(s.base, { mode: 0o700 });
     if (root) for (const d of [s.tree, s.disk.scratch]) await chown(d, uid, uid);
+    if (cached) {
+      const files = [...cached.task.startingTree].map(([path, f]) => ({
+        path,
+        content: f.bytes,
+        executable: f.executable,
+      }));
+      try {
+        await placeFiles(s, files);
+      } catch (err) {
+        await destroy(s);
+        throw err;
+      }
+    }
     return [201, await info(s)];
   }
 
   async function upload(s: Sandbox, body: unknown): Promise<[number, unknown]> {
     const { files } = parse(UploadFilesRequest, body);
-    // Every path is checked, and the sizes summed, before anything is written.
-    const decoded: { path: string; content: Buffer; executable: boolean }[] = [];
-    let growth = 0;
-    for (const f of files) {
-      const content = Buffer.from(f.content, "base64");
-      let replaced;
-      try {
-        replaced = await s.fs.lstat(f.path);
-      } catch (err) {
-        throw new HttpError(400, "invalid_request", (err as Error).message);
-      }
-      if (replaced?.isDirectory()) throw new HttpError(400, "invalid_request", `${f.path} is a directory in the tree.`);
-      // On a tmpfs a file takes whole pages.
-      growth += roundUp(content.length) - (replaced?.isFile() ? roundUp(replaced.size) : 0);
-      decoded.push({ path: f.path, content, executable: f.executable });
-    }
-    const used = (await s.disk.usedBytes()) ?? (await s.fs.usage()).bytes;
-    if (used + growth > s.limits.diskBytes)
-      throw new HttpError(507, "disk_full", `The files would take the tree past ${s.limits.diskBytes} bytes.`);
-    let written = 0;
-    for (const { path, content, executable } of decoded) {
-      const mode = executable ? 0o755 : 0o644;
-      try {
-        await s.fs.write(path, content, { mode });
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === "ENOSPC")
-          throw new HttpError(507, "disk_full", `The tree is full (${s.limits.diskBytes} bytes).`);
-        if (err instanceof TreeError) throw new HttpError(400, "invalid_request", err.message);
-        throw err;
-      }
-      // The base is the host's own directory, out of every task's reach: plain writes are safe there.
-      const copy = join(s.base, path);
-      await mkdir(dirname(copy), { recursive: true });
-      await writeFile(copy, content, { mode });
-      written += content.length;
-    }
-    return [200, { files: files.length, bytes: written }];
+    const decoded = files.map((f) => ({ ...f, content: Buffer.from(f.content, "base64") }));
+    return [200, { files: files.length, bytes: await placeFiles(s, decoded) }];
   }
 
   async function call(s: Sandbox, callId: string, body: unknown): Promise<[number, CallResponse]> {
     const request = parse(CallRequest, body);
+    if (s.task?.verifiedBy !== undefined)
+      throw new HttpError(409, "conflict", "The task was verified: the sandbox takes no more calls.");
     const record = join(s.dir, "calls", `${callId}.json`);
     const recorded = await readFile(record, "utf8").catch(() => undefined);
     if (recorded) return [200, { ...RecordedCall.parse(JSON.parse(recorded)), replayed: true }];
@@ -291,6 +297,9 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
               scratch: s.disk.scratch,
               ...(s.cgroup ? { cgroupJoin: s.cgroup.joinArgv } : {}),
               signal: s.abort.signal,
+              // A task's Dockerfile ENV, and its WORKDIR as a second place of the tree.
+              ...(s.task && { env: s.task.task.settings.env }),
+              ...(s.task?.task.settings.workdir && { alsoAt: s.task.task.settings.workdir }),
             }),
           ran: (result) => {
             s.commandSeconds += result.durationMs / 1000;
@@ -336,6 +345,10 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     upload,
     call,
     diff: (s) => treeDiff(pool, s, s.abort.signal),
+    maxArchive,
+    putArchive: (sha256, bytes) => archives.put(sha256, bytes),
+    getArchive: (sha256) => archives.info(sha256),
+    phase: (s, kind, callId, body) => runPhase(s, { driver, root, stop: () => stop(s) }, kind, callId, body),
     search: (s, args) => {
       if (!s.index) throw new HttpError(409, "conflict", "This sandbox's task came without an index.");
       try {
@@ -386,8 +399,6 @@ async function mustBeTraversable(root: string): Promise<void> {
     if (dir === dirname(dir)) return;
   }
 }
-
-const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;
 
 /** The tag of a sandbox's tenant: its org as the task object sent it, or the sandbox alone. */
 const tenantOf = (request: { id: string; tenant?: string | undefined }) => request.tenant ?? `sandbox:${request.id}`;

@@ -51,3 +51,17 @@ export async function body(req: IncomingMessage, max: number): Promise<unknown> 
     throw new HttpError(400, "invalid_request", "The body is not JSON.");
   }
 }
+
+/** A body's bytes as sent (an archive), read under a size cap. */
+export async function rawBody(req: IncomingMessage, max: number): Promise<Buffer> {
+  const declared = Number(req.headers["content-length"] ?? 0);
+  if (declared > max) throw new HttpError(413, "payload_too_large", `The body is over ${max} bytes.`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > max) throw new HttpError(413, "payload_too_large", `The body is over ${max} bytes.`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}

@@ -1,29 +1,6 @@
-import { readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readHarborTask, TaskRefused, type HarborTask } from "../../protocol/envs/harbor.js";
-
-const FIXTURES = join(import.meta.dirname, "../fixtures/harbor-tasks");
-
-/** A fixture task's files, as an archive would carry them. */
-export function taskFiles(name: string): { files: Map<string, Uint8Array>; executable: Set<string> } {
-  const root = join(FIXTURES, name);
-  const files = new Map<string, Uint8Array>();
-  const executable = new Set<string>();
-  const walk = (dir: string) => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) walk(path);
-      else {
-        const rel = relative(root, path);
-        files.set(rel, new Uint8Array(readFileSync(path)));
-        if (statSync(path).mode & 0o111) executable.add(rel);
-      }
-    }
-  };
-  walk(root);
-  return { files, executable };
-}
+import { taskFiles } from "./harbor-fixtures.js";
 
 const text = (s: string) => new TextEncoder().encode(s);
 const decode = (b: Uint8Array | undefined) => new TextDecoder().decode(b);
