@@ -4,7 +4,7 @@
 declare namespace Cloudflare {
 	interface GlobalProps {
 		mainModule: typeof import("./workers/index");
-		durableNamespaces: "Workspace" | "GatewayHealth" | "RateLimiter" | "AgentTask" | "AgentQuota" | "SandboxContainer" | "LakePartition";
+		durableNamespaces: "Workspace" | "GatewayHealth" | "RateLimiter" | "AgentTask" | "AgentQuota" | "SandboxContainer" | "LakePartition" | "EnvRun";
 	}
 	interface Env {
 		INDEX: R2Bucket;
@@ -28,6 +28,7 @@ declare namespace Cloudflare {
 		AGENT_TASK: DurableObjectNamespace<import("./workers/index").AgentTask>;
 		AGENT_QUOTA: DurableObjectNamespace<import("./workers/index").AgentQuota>;
 		LAKE_PARTITION: DurableObjectNamespace<import("./workers/index").LakePartition>;
+		ENV_RUN: DurableObjectNamespace<import("./workers/index").EnvRun>;
 		SANDBOX_CONTAINER: DurableObjectNamespace<import("./workers/index").SandboxContainer>;
 		AGENT_GATEWAY: Service<typeof import("./workers/index").AgentGateway>;
 	}

@@ -6,6 +6,7 @@ import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem
 import { recordRefusal } from "./lake/refusals.js";
 import { admin } from "./routes/admin/index.js";
 import { agents } from "./routes/agents.js";
+import { envRollouts } from "./routes/env-rollouts.js";
 import { envs } from "./routes/envs.js";
 import { errors } from "./routes/errors.js";
 import { events } from "./routes/events.js";
@@ -27,6 +28,7 @@ const app = new Hono<AppEnv>()
   .route("/v1/usage", usage)
   .route("/v1/workspaces", workspaces)
   .route("/v1/agents/tasks", agents)
+  .route("/v1/envs/rollouts", envRollouts)
   .route("/v1/envs", envs)
   .route("/v1/events", events)
   .route("/v1", gateway)

@@ -10,6 +10,7 @@ export { AgentGateway } from "./agents/gateway-entrypoint.js";
 export { AgentQuota } from "../durable-objects/agent-quota.js";
 export { SandboxContainer } from "../durable-objects/sandbox-container.js";
 export { AgentTask } from "../durable-objects/agent-task/agent-task.js";
+export { EnvRun } from "../durable-objects/env-run/env-run.js";
 export { GatewayHealth } from "../durable-objects/gateway-health.js";
 export { LakePartition } from "../durable-objects/lake/partition.js";
 export { RateLimiter } from "../durable-objects/rate-limiter.js";

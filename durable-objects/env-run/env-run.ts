@@ -1,0 +1,416 @@
+/**
+ * One rollout run: a Durable Object that plays each of its tasks `groupSize` times, each play (a
+ * member) an AgentTask of kind `rollout` running the production loop with the run's model and
+ * sampling. It keeps at most `concurrency` members in flight (and each takes a slot and its sandbox
+ * seconds of the org's agent quota, so a run is held to the org's plan like any agent task), hears
+ * each member's end from the member itself (`rolloutEnded`, at least once, idempotent), computes a
+ * task's group-relative advantages once its whole group has ended, and logs every step for its
+ * resumable stream. Everything is in SQLite: a run evicted at any point carries on from storage,
+ * and a member is made under an id derived from the run's, so making it again finds the same one.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { AgentQuota } from "../agent-quota.js";
+import type { AgentTask } from "../agent-task/agent-task.js";
+import { isTerminal, TaskLimits, type AgentOrgLimits } from "../../protocol/agents/task.js";
+import { groupAdvantages, groupStats } from "../../protocol/envs/advantages.js";
+import type { EnvRunCallback, RolloutEnded as MemberReport } from "../../protocol/envs/run.js";
+import {
+  memberSeed,
+  type GroupEnded,
+  type Policy,
+  type RolloutEnded,
+  type RolloutEvent,
+  type RolloutRun,
+  type RolloutStarted,
+  type RunSummary,
+  type RunTask,
+  type Sampling,
+} from "../../protocol/envs/rollouts.js";
+import { RunStore, type MemberRow, type RunState } from "./store.js";
+
+interface EnvRunEnv {
+  AGENT_TASK: DurableObjectNamespace<AgentTask>;
+  AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
+}
+
+export interface CreateRun {
+  id: string;
+  orgId: string;
+  userId: string;
+  keyId: string;
+  taskset: string;
+  tasks: RunTask[];
+  policy: Policy;
+  groupSize: number;
+  sampling: Sampling;
+  limits: Partial<TaskLimits>;
+  concurrency: number;
+  orgLimits: AgentOrgLimits;
+}
+
+export type RunResult<T> = { ok: true; value: T } | { ok: false; code: "not_found"; message: string };
+
+/** Tries at making a member whose sandbox host is unreachable or busy, before the member ends unplayed. */
+const MAX_START_TRIES = 6;
+/** How often a run with members in flight looks at them, should a member's report never come. */
+const SWEEP_MS = 5 * 60_000;
+/** How long past its wall time a member may stay silent before the run reads its state itself. */
+const REPORT_GRACE_MS = 30 * 60_000;
+/** Seconds a quota reservation outlives its member's wall time, as for an agent task. */
+const RESERVATION_GRACE_SECONDS = 3600;
+
+/** The member's AgentTask id: the run's id and its number, so a repeat of its making finds it. */
+export const rolloutIdOf = (runId: string, member: number) => `${runId}-${member}`;
+
+export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
+  private readonly store: RunStore;
+  private readonly listeners = new Set<() => void>();
+  /** Members being made by this instance now (an alarm's starts run concurrently with reports). */
+  private readonly starting = new Set<number>();
+
+  constructor(ctx: DurableObjectState, env: EnvRunEnv) {
+    super(ctx, env);
+    this.store = new RunStore(ctx.storage.sql);
+  }
+
+  async create(input: CreateRun): Promise<RolloutRun> {
+    const existing = this.store.state();
+    if (existing) return this.view(existing);
+    const state: RunState = { ...input, status: "running", createdAt: new Date().toISOString(), endedAt: null };
+    this.ctx.storage.transactionSync(() => {
+      this.store.saveState(state);
+      let member = 0;
+      input.tasks.forEach((_, grp) => {
+        for (let gi = 0; gi < input.groupSize; gi++)
+          this.store.addMember(member++, grp, gi, memberSeed(input.sampling, gi));
+      });
+    });
+    await this.ctx.storage.setAlarm(Date.now());
+    return this.view(state);
+  }
+
+  /** The run, for its org only: another org's run is a missing one. */
+  async get(orgId: string): Promise<RunResult<RolloutRun>> {
+    const state = this.store.state();
+    if (!state || state.orgId !== orgId) return { ok: false, code: "not_found", message: "No such rollout run." };
+    return { ok: true, value: this.view(state) };
+  }
+
+  async events(
+    orgId: string,
+    after: number,
+    limit = 500,
+  ): Promise<RunResult<{ events: RolloutEvent[]; ended: boolean }>> {
+    const state = this.store.state();
+    if (!state || state.orgId !== orgId) return { ok: false, code: "not_found", message: "No such rollout run." };
+    const rows = this.store.eventsAfter(after, limit);
+    const events = rows.map((r) => ({ id: r.id, type: r.type, at: r.at, data: JSON.parse(r.data) }) as RolloutEvent);
+    return { ok: true, value: { events, ended: state.status === "ended" && rows.length < limit } };
+  }
+
+  /** Resolves when an event is appended (or after `ms`). */
+  async waitForChange(ms: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.listeners.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.listeners.add(done);
+    });
+  }
+
+  /** Drops this object's memory, as an eviction would; storage and a pending alarm survive. */
+  restart(): void {
+    this.ctx.abort("restarted by an operator");
+  }
+
+  /** A member's end, as the member tells it: recorded once, whatever the number of times it is told. */
+  async rolloutEnded(ended: MemberReport): Promise<{ recorded: boolean }> {
+    const state = this.store.state();
+    const row = state && this.store.member(ended.member);
+    if (!state || state.id !== ended.runId || !row || rolloutIdOf(state.id, row.member) !== ended.taskId)
+      return { recorded: false };
+    if (row.state === "ended") return { recorded: false };
+    this.recordEnd(state, row, {
+      reward: ended.reward,
+      components: ended.components,
+      outcome: ended.outcome,
+      verifyError: ended.verifyError ?? null,
+      turns: ended.usage.turns,
+      tokens: ended.usage.tokens,
+      toolCalls: ended.usage.toolCalls,
+      sandboxSeconds: ended.usage.sandboxSeconds,
+      startedAt: ended.startedAt,
+      endedAt: ended.endedAt,
+    });
+    // A slot is free: the next member starts now rather than at the next sweep.
+    if (this.store.state()!.status === "running") await this.ctx.storage.setAlarm(Date.now());
+    return { recorded: true };
+  }
+
+  override async alarm(): Promise<void> {
+    const state = this.store.state();
+    if (!state || state.status !== "running") return;
+    await this.sweep(state);
+    let retryAt = await this.startMembers(state);
+    if (this.store.state()!.status !== "running") return;
+    // Members that ended unplayed left their slots free: the next ones start at once.
+    const inFlight = this.store.count("running") + this.starting.size;
+    if (retryAt === Number.POSITIVE_INFINITY && inFlight < state.concurrency && this.store.pending(1).length > 0)
+      retryAt = Date.now();
+    if (this.store.count("running") > 0) retryAt = Math.min(retryAt, Date.now() + SWEEP_MS);
+    if (Number.isFinite(retryAt)) await this.ctx.storage.setAlarm(retryAt);
+  }
+
+  /** Makes members up to the run's concurrency; answers when to try again (Infinity: no need). */
+  private async startMembers(state: RunState): Promise<number> {
+    const free = state.concurrency - this.store.count("running") - this.starting.size;
+    if (free <= 0) return Number.POSITIVE_INFINITY;
+    const batch = this.store.pending(free + this.starting.size).filter((m) => !this.starting.has(m.member));
+    const limits = TaskLimits.parse(state.limits);
+    const quota = this.env.AGENT_QUOTA.get(this.env.AGENT_QUOTA.idFromName(state.orgId));
+    let retryAt = Number.POSITIVE_INFINITY;
+    const starts: Promise<void>[] = [];
+    for (const member of batch.slice(0, free)) {
+      const rolloutId = rolloutIdOf(state.id, member.member);
+      const expiresAt = Date.now() + (limits.wallSeconds + RESERVATION_GRACE_SECONDS) * 1000;
+      const reserved = await quota.reserve(rolloutId, limits.sandboxSeconds, expiresAt, state.orgLimits);
+      if (!reserved.ok) {
+        if (reserved.limit === "agent-sandbox-seconds") {
+          // Not before tomorrow: the run ends with what it has rather than hold its stream a day.
+          for (const m of this.store.pending(Number.MAX_SAFE_INTEGER))
+            if (!this.starting.has(m.member)) this.recordEnd(state, m, unplayed("quota", reserved.message));
+        } else retryAt = Date.now() + Math.min(reserved.retryAfterSeconds, 30) * 1000;
+        break;
+      }
+      this.starting.add(member.member);
+      starts.push(
+        this.startMember(state, member, rolloutId).then(
+          (again) => {
+            if (again !== null) retryAt = Math.min(retryAt, again);
+          },
+          () => {},
+        ),
+      );
+    }
+    await Promise.all(starts);
+    return retryAt;
+  }
+
+  /** Makes one member's AgentTask; answers when to try again if the host could not take it now. */
+  private async startMember(state: RunState, member: MemberRow, rolloutId: string): Promise<number | null> {
+    const task = state.tasks[member.grp]!;
+    const quota = this.env.AGENT_QUOTA.get(this.env.AGENT_QUOTA.idFromName(state.orgId));
+    try {
+      let failure: { code: string; message: string } | null = null;
+      try {
+        const result = await this.env.AGENT_TASK.get(this.env.AGENT_TASK.idFromName(rolloutId)).create({
+          kind: "rollout",
+          id: rolloutId,
+          orgId: state.orgId,
+          userId: state.userId,
+          keyId: state.keyId,
+          taskSetId: state.taskset,
+          taskIndex: task.index,
+          sha256: task.sha256,
+          seed: member.seed,
+          limits: state.limits,
+          model: state.policy.model,
+          sampling: { ...state.sampling, seed: member.seed },
+          parent: { runId: state.id, member: member.member },
+        });
+        if (!result.ok) failure = { code: result.code, message: result.message };
+      } catch (err) {
+        failure = { code: "unavailable", message: (err as Error).message };
+      }
+      if (!failure) {
+        this.ctx.storage.transactionSync(() => {
+          if (this.store.launched(member.member, Date.now())) this.announce(state, this.store.member(member.member)!);
+        });
+        this.notify();
+        return null;
+      }
+      if (failure.code === "unavailable" && this.store.tried(member.member) < MAX_START_TRIES) {
+        await quota.settle(rolloutId, 0);
+        return Date.now() + 1000 * 2 ** this.store.member(member.member)!.tries;
+      }
+      await quota.settle(rolloutId, 0);
+      const current = this.store.member(member.member)!;
+      if (current.state !== "ended") this.recordEnd(state, current, unplayed("start_error", failure.message));
+      return null;
+    } finally {
+      this.starting.delete(member.member);
+    }
+  }
+
+  /**
+   * Members silent long past their wall time: their own report should have come; the run reads
+   * the member's state and records its end without a reward if it has ended.
+   */
+  private async sweep(state: RunState): Promise<void> {
+    const wallMs = TaskLimits.parse(state.limits).wallSeconds * 1000;
+    const late = this.store
+      .running()
+      .filter((m) => m.launched_at !== null && Date.now() - m.launched_at > wallMs + REPORT_GRACE_MS);
+    for (const m of late) {
+      const rolloutId = rolloutIdOf(state.id, m.member);
+      const result = await this.env.AGENT_TASK.get(this.env.AGENT_TASK.idFromName(rolloutId)).get();
+      const current = this.store.member(m.member)!;
+      if (current.state === "ended") continue;
+      if (!result.ok) this.recordEnd(state, current, unplayed("start_error", result.message));
+      else if (isTerminal(result.value.status))
+        this.recordEnd(state, current, {
+          ...unplayed(result.value.endReason ?? "failed", "The rollout did not report its reward to its run."),
+          turns: result.value.usage.turns,
+          tokens: result.value.usage.tokens,
+          toolCalls: result.value.usage.toolCalls,
+          sandboxSeconds: result.value.usage.sandboxSeconds,
+          startedAt: result.value.startedAt,
+          endedAt: result.value.endedAt,
+        });
+    }
+  }
+
+  private announce(state: RunState, m: MemberRow): void {
+    this.store.announce(m.member);
+    this.store.appendEvent("rollout.started", new Date().toISOString(), started(state, m));
+  }
+
+  /** A member's end, its group's advantages if it was the group's last, and the run's summary if the run's. */
+  private recordEnd(state: RunState, row: MemberRow, end: Parameters<RunStore["ended"]>[1]): void {
+    this.ctx.storage.transactionSync(() => {
+      const at = new Date().toISOString();
+      if (!row.announced) this.announce(state, row);
+      this.store.ended(row.member, end);
+      const data: RolloutEnded = {
+        ...started(state, row),
+        reward: end.reward,
+        components: end.components,
+        outcome: end.outcome,
+        ...(end.verifyError ? { verifyError: end.verifyError } : {}),
+        turns: end.turns,
+        tokens: end.tokens,
+        toolCalls: end.toolCalls,
+        sandboxSeconds: end.sandboxSeconds,
+        startedAt: end.startedAt,
+        endedAt: end.endedAt,
+        durationMs: end.startedAt && end.endedAt ? Date.parse(end.endedAt) - Date.parse(end.startedAt) : null,
+      };
+      this.store.appendEvent("rollout.ended", at, data);
+      const group = this.store.group(row.grp);
+      if (group.every((m) => m.state === "ended"))
+        this.store.appendEvent("group.ended", at, this.endGroup(state, row.grp, group));
+      if (this.store.count("ended") === state.groupSize * state.tasks.length) {
+        const summary = this.summary(state);
+        this.store.appendEvent("summary", at, summary);
+        state.status = "ended";
+        state.endedAt = at;
+        this.store.saveState(state);
+      }
+    });
+    this.notify();
+  }
+
+  /** Advantages over the group's members that have a reward; the others get none. */
+  private endGroup(state: RunState, grp: number, group: MemberRow[]): GroupEnded {
+    const scored = group.filter((m) => m.reward !== null);
+    const rewards = scored.map((m) => m.reward!);
+    const advantages = rewards.length ? groupAdvantages(rewards) : [];
+    const stats = rewards.length ? groupStats(rewards) : null;
+    const byMember = new Map(scored.map((m, i) => [m.member, advantages[i]!]));
+    for (const m of group) this.store.setAdvantage(m.member, byMember.get(m.member) ?? null);
+    return {
+      task: state.tasks[grp]!,
+      group: grp,
+      members: group.map((m) => m.member),
+      rewards: group.map((m) => m.reward),
+      advantages: group.map((m) => byMember.get(m.member) ?? null),
+      mean: stats?.mean ?? null,
+      std: stats?.std ?? null,
+    };
+  }
+
+  private summary(state: RunState): RunSummary {
+    const members = this.store.members();
+    const rewards = members.flatMap((m) => (m.reward === null ? [] : [m.reward]));
+    const outcomes: Record<string, number> = {};
+    for (const m of members) if (m.outcome) outcomes[m.outcome] = (outcomes[m.outcome] ?? 0) + 1;
+    return {
+      rollouts: members.length,
+      ended: members.filter((m) => m.state === "ended").length,
+      verified: rewards.length,
+      meanReward: rewards.length ? rewards.reduce((s, r) => s + r, 0) / rewards.length : null,
+      solved: rewards.filter((r) => r >= 1).length,
+      groups: state.tasks.length,
+      outcomes,
+      tokens: members.reduce((s, m) => s + (m.tokens ?? 0), 0),
+      turns: members.reduce((s, m) => s + (m.turns ?? 0), 0),
+      durationMs: Date.now() - Date.parse(state.createdAt),
+    };
+  }
+
+  private notify(): void {
+    for (const listener of this.listeners) listener();
+  }
+
+  private view(state: RunState): RolloutRun {
+    const summary = state.status === "ended" ? this.lastSummary() : null;
+    return {
+      id: state.id,
+      status: state.status,
+      taskset: state.taskset,
+      tasks: state.tasks,
+      policy: state.policy,
+      groupSize: state.groupSize,
+      sampling: state.sampling,
+      concurrency: state.concurrency,
+      members: this.store.members().map((m) => ({
+        member: m.member,
+        group: m.grp,
+        groupIndex: m.gi,
+        seed: m.seed,
+        state: m.state,
+        rolloutId: m.state === "pending" ? null : rolloutIdOf(state.id, m.member),
+        reward: m.reward,
+        components: m.components === null ? null : (JSON.parse(m.components) as Record<string, number>),
+        outcome: m.outcome,
+        advantage: m.advantage,
+        turns: m.turns,
+        tokens: m.tokens,
+      })),
+      summary,
+      createdAt: state.createdAt,
+      endedAt: state.endedAt,
+      lastEventId: this.store.lastEventId(),
+    };
+  }
+
+  private lastSummary(): RunSummary | null {
+    const rows = this.store.eventsAfter(Math.max(0, this.store.lastEventId() - 1), 1);
+    return rows[0]?.type === "summary" ? (JSON.parse(rows[0].data) as RunSummary) : null;
+  }
+}
+
+const started = (state: RunState, m: MemberRow): RolloutStarted => ({
+  member: m.member,
+  groupIndex: m.gi,
+  task: state.tasks[m.grp]!,
+  seed: m.seed,
+  rolloutId: rolloutIdOf(state.id, m.member),
+});
+
+/** The end of a member that never ran (or never reported): no reward, nothing used. */
+const unplayed = (outcome: string, why: string) => ({
+  reward: null,
+  components: {},
+  outcome,
+  verifyError: why,
+  turns: 0,
+  tokens: 0,
+  toolCalls: 0,
+  sandboxSeconds: 0,
+  startedAt: null,
+  endedAt: null,
+});
