@@ -17,6 +17,7 @@
  * filesystem and network stay visible), and the task's WORKDIR is not mounted (the tree is at its
  * host path).
  */
+import { spawnSync } from "node:child_process";
 import { constants } from "node:fs";
 import { chown, mkdir, open, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -61,6 +62,17 @@ export interface PhaseContext {
 }
 
 const REWARD_FILE_BYTES = 1 << 20;
+
+let mountsWork: boolean | undefined;
+/** Whether this machine lets the host make a mount namespace (a container without CAP_SYS_ADMIN does not). */
+function privateMountsWork(root: boolean): boolean {
+  if (!root) return false;
+  mountsWork ??=
+    spawnSync("unshare", ["--mount", "--propagation", "private", "--", "mount", "-t", "tmpfs", "none", "/mnt"], {
+      stdio: "ignore",
+    }).status === 0;
+  return mountsWork;
+}
 const running = new WeakMap<PhaseSandbox, Map<string, Promise<Record<string, unknown>>>>();
 let staged = 0;
 
@@ -87,8 +99,12 @@ export async function runPhase(
   if (task.verifiedBy !== undefined)
     throw new HttpError(409, "conflict", "The task was verified: the tree holds its tests' leftovers.");
   if (kind === "verify") task.verifiedBy = callId;
-  if (ctx.driver.name === "direct" && !ctx.root)
-    throw new HttpError(409, "conflict", "Verify and solve need bubblewrap, or the direct driver as root.");
+  if (ctx.driver.name === "direct" && !privateMountsWork(ctx.root))
+    throw new HttpError(
+      409,
+      "conflict",
+      "Verify and solve need bubblewrap, or the direct driver as root where mount namespaces can be made.",
+    );
   const work = (async () => {
     const outcome = await (kind === "verify" ? verify(s, ctx, task.task, request) : solve(s, ctx, task.task, request));
     await writeFile(`${record}.tmp`, JSON.stringify(outcome));

@@ -109,6 +109,16 @@ describe("task archives", () => {
     expect(r).toMatchObject({ status: 400, body: { code: "invalid_request" } });
   });
 
+  it("refuses an archive whose file inflates past the cap on one file, before unpacking it", async () => {
+    const { files, executable } = taskFiles("plain");
+    files.set("environment/zeros.bin", new Uint8Array(65 * 2 ** 20));
+    const archive = await pack(files, executable);
+    expect(archive.byteLength).toBeLessThan(256 * 1024);
+    const r = await put(host, archive);
+    expect(r).toMatchObject({ status: 400, body: { code: "invalid_request" } });
+    expect(r.body.message).toContain("environment/zeros.bin: is over");
+  });
+
   it("refuses what is not a gzip'd tar", async () => {
     const r = await put(host, new TextEncoder().encode("not an archive"));
     expect(r).toMatchObject({ status: 400, body: { code: "invalid_request" } });
@@ -145,6 +155,16 @@ describe("task archives", () => {
       body: { code: "conflict" },
     });
   });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "under direct, verifies with the tests and the reward directory bound in a mount namespace of the run's own",
+    async () => {
+      await sandboxOf(host, "task-direct-ok", "plain");
+      await terminal(host, "task-direct-ok", "echo done > answer.txt");
+      expect(await verify(host, "task-direct-ok")).toMatchObject({ reward: 1, components: { reward: 1 } });
+    },
+    60_000,
+  );
 
   it.skipIf(process.getuid?.() !== 0)(
     "under direct, kills what the agent left running before the tests run, so it cannot write their reward",
