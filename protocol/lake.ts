@@ -6,7 +6,8 @@
  *   lake/<table>/day=YYYY-MM-DD/hour=HH/_manifest.json
  *
  * The tables' columns are fixed here, shared by the edge that writes them, the admin API that lists
- * them and the CLI that exports them. No column holds code, a prompt, a completion or a path.
+ * them and the CLI that exports them. No column holds code, a prompt, a completion or a path in the
+ * clear: a rollout's content is sealed to its org's public key (`envs/seal.ts`) before it is a row.
  */
 import { z } from "zod";
 import { UsageDay } from "./schemas.js";
@@ -91,10 +92,70 @@ const REFUSALS: Column[] = [
   c("limit", "STRING"),
 ];
 
+/**
+ * One row per rollout (an environment run's member, or an env session), written when its reward and
+ * advantage are known. `at` is the rollout's start, so that every row of a rollout (this and its steps)
+ * falls in one partition whoever sends it. `content` is sealed (`envs/seal.ts`): the opening messages.
+ */
+const ROLLOUTS: Column[] = [
+  c("rollout_id", "STRING"),
+  c("run_id", "STRING"),
+  c("org_id", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("member", "INT32"),
+  c("group_index", "INT32"),
+  c("task_sha256", "STRING"),
+  c("task_index", "INT32"),
+  c("seed", "INT32"),
+  c("policy", "STRING"),
+  c("checkpoint", "STRING"),
+  c("reward", "DOUBLE"),
+  c("components", "STRING"),
+  c("advantage", "DOUBLE"),
+  c("turns", "INT32"),
+  c("tool_calls", "INT32"),
+  c("prompt_tokens", "INT32"),
+  c("completion_tokens", "INT32"),
+  c("outcome", "STRING"),
+  c("started_at", "TIMESTAMP"),
+  c("ended_at", "TIMESTAMP"),
+  c("duration_ms", "INT32"),
+  c("content_key_id", "STRING"),
+  c("content", "STRING"),
+];
+
+/**
+ * One row per model call (`kind` = `model`: the answer, with log-probabilities and token ids when the
+ * backend gave them) and per tool result (`tool`) of a rollout, in `seq` order. `at` is the rollout's
+ * start (as in `rollouts`); `step_at` the step's own time. `content` is sealed.
+ */
+const ROLLOUT_STEPS: Column[] = [
+  c("step_id", "STRING"),
+  c("rollout_id", "STRING"),
+  c("run_id", "STRING"),
+  c("org_id", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("step_at", "TIMESTAMP"),
+  c("seq", "INT32"),
+  c("turn", "INT32"),
+  c("kind", "STRING"),
+  c("model", "STRING"),
+  c("tool", "STRING"),
+  c("prompt_tokens", "INT32"),
+  c("completion_tokens", "INT32"),
+  c("finish_reason", "STRING"),
+  c("has_logprobs", "BOOLEAN"),
+  c("latency_ms", "INT32"),
+  c("content_key_id", "STRING"),
+  c("content", "STRING"),
+];
+
 export const LAKE_TABLES = {
   editor_events: { columns: EDITOR_EVENTS, id: "event_id" },
   edge_requests: { columns: EDGE_REQUESTS, id: "record_id" },
   refusals: { columns: REFUSALS, id: "record_id" },
+  rollouts: { columns: ROLLOUTS, id: "rollout_id" },
+  rollout_steps: { columns: ROLLOUT_STEPS, id: "step_id" },
 } as const satisfies Record<string, { columns: Column[]; id: string }>;
 
 export type LakeTable = keyof typeof LAKE_TABLES;

@@ -1,5 +1,5 @@
 /**
- * Rows onto the records queue, packed into messages under the queue's size limits: a message
+ * Rows onto the records queue (from the edge's routes and from objects alike), packed into messages under the queue's size limits: a message
  * holds one table's rows, at most `MESSAGE_BYTES` of them, and one `sendBatch` at most
  * `BATCH_MESSAGES` messages and `BATCH_BYTES` in all.
  */

@@ -5,10 +5,14 @@
  * other client and a flood of them cannot slow tab or chat. codebase_search reaches the workspace's
  * search route the same way.
  */
+import type { CaptureTag } from "../envs/capture.js";
+
 export interface AgentCaller {
   taskId: string;
   orgId: string;
   keyId: string;
+  /** The call is a rollout's: its answer is captured for the rollout's rows (envs/capture.ts). */
+  capture?: CaptureTag;
 }
 
 export interface AgentModelAnswer {

@@ -3,10 +3,12 @@
  * as `AGENT_GATEWAY` (a service binding, so nothing outside the deployment can call it). A call runs
  * the ordinary route (`POST /v1/chat/completions`, or a workspace's search for codebase_search) as
  * the principal that created the task, in the `background` priority class: the same metering,
- * limits and shedding as any client's request.
+ * limits and shedding as any client's request. A rollout's call (`caller.capture`) is captured for its
+ * lake rows once answered, off the task's path (envs/capture.ts).
  */
 import { WorkerEntrypoint } from "cloudflare:workers";
 import type { AgentCaller, AgentModelAnswer, AgentModelGateway } from "../../protocol/agents/gateway.js";
+import { CaptureTag } from "../../protocol/envs/capture.js";
 import { PRIORITY_HEADER } from "../../protocol/gateway.js";
 import { VECTOR_KEY_HEADER } from "../../protocol/sync.js";
 import app from "../app.js";
@@ -15,10 +17,18 @@ import { INTERNAL_PRINCIPAL } from "../auth/internal.js";
 import { loadConfig } from "../config.js";
 import { findPrincipalByKeyId } from "../db/accounts.js";
 import { database } from "../db/client.js";
+import { captureCall } from "../envs/capture.js";
 
 export class AgentGateway extends WorkerEntrypoint<Env> implements AgentModelGateway {
   async chat(caller: AgentCaller, body: Record<string, unknown>): Promise<AgentModelAnswer> {
-    return this.call(caller, "/v1/chat/completions", body, {});
+    const started = Date.now();
+    const answer = await this.call(caller, "/v1/chat/completions", body, {});
+    const capture = caller.capture ? CaptureTag.safeParse(caller.capture) : null;
+    if (capture?.success && answer.status === 200)
+      this.ctx.waitUntil(
+        captureCall(this.env, { ...caller, capture: capture.data }, body, answer.body, started, Date.now()),
+      );
+    return answer;
   }
 
   async search(caller: AgentCaller, workspaceId: string, body: unknown, vectorKey: string): Promise<AgentModelAnswer> {

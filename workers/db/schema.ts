@@ -166,3 +166,20 @@ export const taskSets = sqliteTable(
   },
   (t) => [index("task_sets_org_created_idx").on(t.orgId, t.createdAt)],
 );
+
+/**
+ * Each org's X25519 public key that rollout content is sealed to (`PUT /v1/envs/keys`): only the
+ * public half is ever sent; the org keeps the private key and opens its exported rows with it.
+ */
+export const orgSealKeys = sqliteTable("org_seal_keys", {
+  orgId: text("org_id")
+    .primaryKey()
+    .references(() => orgs.id, { onDelete: "cascade" }),
+  keyId: text("key_id").notNull(),
+  /** Raw 32 bytes, base64url. */
+  publicKey: text("public_key").notNull(),
+  userId: text("user_id")
+    .notNull()
+    .references(() => users.id, { onDelete: "cascade" }),
+  createdAt: createdAt(),
+});

@@ -7,7 +7,7 @@
  */
 import type { LakeRow, LakeTable } from "../../protocol/lake.js";
 import { later } from "../later.js";
-import { sendRows } from "./send.js";
+import { sendRows } from "../../durable-objects/lake/send.js";
 
 const FLUSH_DELAY_MS = 1_000;
 const MAX_BUFFERED = 20_000;

@@ -17,7 +17,7 @@ import type { LakeRow } from "../../protocol/lake.js";
 import type { AppEnv } from "../app-env.js";
 import type { Principal } from "../auth/principal.js";
 import { retentionMs } from "../../durable-objects/lake/settings.js";
-import { sendRows } from "../lake/send.js";
+import { sendRows } from "../../durable-objects/lake/send.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody } from "../middleware/json-body.js";
