@@ -11,6 +11,10 @@
  * threads: file tools never block or follow a link out of the tree (`tree-fs.ts`), scans and diffs
  * run in the worker pool under deadlines, shared fairly between tenants (`tree-pool.ts`), and each
  * sandbox's commands are capped as a whole by its control groups and its disk (`cgroups.ts`).
+ *
+ * A sandbox may be made from a Harbor task the host holds in memory (`task-archives.ts`): its tree
+ * starts as the task's environment, and `verify.ts` scores it with the task's tests or runs its
+ * reference solution, neither of which is in the agent's reach before.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
@@ -40,7 +44,7 @@ import { TaskArchives } from "./task-archives.js";
 import { runTool } from "./tools.js";
 import { TreeFs } from "./tree-fs.js";
 import { TreePool } from "./tree-pool.js";
-import { runPhase, type SandboxTask } from "./verify.js";
+import { runPhase, taskInfo, type SandboxTask } from "./verify.js";
 
 export interface SandboxHostOptions {
   host?: string;
@@ -170,17 +174,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     ...(await s.fs.usage()),
     commandSeconds: Math.round(s.commandSeconds * 1000) / 1000,
     createdAt: s.createdAt,
-    ...(s.task && {
-      task: {
-        archive: s.task.sha256,
-        instruction: s.task.task.instruction,
-        verifierTimeoutSec: s.task.task.settings.verifierTimeoutSec,
-        agentTimeoutSec: s.task.task.settings.agentTimeoutSec,
-        hasSolution: s.task.task.solution !== undefined,
-        settings: s.task.task.settings,
-        verified: s.task.verifiedBy !== undefined,
-      },
-    }),
+    ...(s.task && { task: taskInfo(s.task) }),
   });
 
   const sandbox = (id: string): Sandbox => {

@@ -26,6 +26,7 @@ import {
   VerifyRequest,
   VerifyResponse,
   SolveResponse,
+  type SandboxInfo,
   type SandboxLimits,
 } from "../protocol/agents/sandbox.js";
 import type { HarborTask, TaskFile } from "../protocol/envs/harbor.js";
@@ -39,6 +40,20 @@ export interface SandboxTask {
   task: HarborTask;
   /** The call id of its verify, once one has started: the sandbox takes no more calls after it. */
   verifiedBy: string | undefined;
+}
+
+/** What `SandboxInfo.task` says of a sandbox's task. */
+export function taskInfo(t: SandboxTask): NonNullable<SandboxInfo["task"]> {
+  const { settings } = t.task;
+  return {
+    archive: t.sha256,
+    instruction: t.task.instruction,
+    verifierTimeoutSec: settings.verifierTimeoutSec,
+    agentTimeoutSec: settings.agentTimeoutSec,
+    hasSolution: t.task.solution !== undefined,
+    settings,
+    verified: t.verifiedBy !== undefined,
+  };
 }
 
 export interface PhaseSandbox {

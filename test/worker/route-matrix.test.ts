@@ -18,21 +18,22 @@ interface Route {
   headers?: Record<string, string>;
   /** Takes fields it does not know (OpenAI's API passes them on to the backend). */
   loose?: true;
+  /** For a loose route: a body with a known field mistyped (default: `model: 42`). */
+  mistyped?: object;
 }
 interface Ids {
   keyId: string;
   workspaceId: string;
   orgId: string;
   taskId: string;
+  tasksetId: string;
+  sessionId: string;
 }
 
 const customerRoutes: Route[] = [
   { method: "GET", path: () => "/v1/me" },
   { method: "GET", path: () => "/v1/keys" },
   { method: "POST", path: () => "/v1/keys", body: { name: "k" } },
-  { method: "GET", path: () => "/v1/envs/keys" },
-  { method: "PUT", path: () => "/v1/envs/keys", body: { publicKey: "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk" } },
-  { method: "GET", path: () => "/v1/envs/rows/rollouts?day=2026-01-01&hour=00" },
   { method: "DELETE", path: (ids) => `/v1/keys/${ids.keyId}`, tenant: true },
   { method: "GET", path: () => "/v1/workspaces" },
   { method: "POST", path: () => "/v1/workspaces", body: { name: "w" } },
@@ -104,6 +105,25 @@ const customerRoutes: Route[] = [
   { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}/diff`, tenant: true },
   {
     method: "POST",
+    path: (ids) => `/v1/envs/openenv/${ids.tasksetId}/0/reset`,
+    body: {},
+    loose: true,
+    mistyped: { seed: "x" },
+    tenant: true,
+  },
+  {
+    method: "POST",
+    path: (ids) => `/v1/envs/openenv/${ids.tasksetId}/0/step`,
+    body: { action: { tool_calls: [] }, session_id: "sess_victim00000000000000" },
+    tenant: true,
+  },
+  {
+    method: "GET",
+    path: (ids) => `/v1/envs/openenv/${ids.tasksetId}/0/state?session_id=${ids.sessionId}`,
+    tenant: true,
+  },
+  {
+    method: "POST",
     path: () => "/v1/events",
     body: { events: [{ id: "evt-00000001", type: "tab.rejected", at: Date.now() }] },
   },
@@ -133,7 +153,7 @@ const adminRoutes: Route[] = [
 ];
 
 const label = (r: Route) =>
-  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task" })}`;
+  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task", tasksetId: ":set", sessionId: ":sess" })}`;
 
 let victim: Account;
 let revoked: Account;
@@ -154,7 +174,22 @@ beforeAll(async () => {
   await env.DB.prepare("INSERT INTO agent_tasks (id, org_id, user_id, model) VALUES (?, ?, ?, ?)")
     .bind(taskId, victim.org.id, victim.user.id, "chat-simulated")
     .run();
-  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId };
+  // The victim's task set and env session, as the environment API records them.
+  const tasksetId = "ts_victim000000000000000";
+  await env.DB.prepare("INSERT INTO task_sets (id, org_id, user_id, manifest, tasks) VALUES (?, ?, ?, ?, ?)")
+    .bind(
+      tasksetId,
+      victim.org.id,
+      victim.user.id,
+      JSON.stringify([{ sha256: "0".repeat(64), bytes: 1, settings: {} }]),
+      1,
+    )
+    .run();
+  const sessionId = "sess_victim00000000000000";
+  await env.DB.prepare("INSERT INTO agent_tasks (id, org_id, user_id, model, kind) VALUES (?, ?, ?, ?, 'env')")
+    .bind(sessionId, victim.org.id, victim.user.id, "client")
+    .run();
+  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId, tasksetId, sessionId };
   await new Promise((resolve) => setTimeout(resolve, 1100));
 });
 
@@ -200,7 +235,7 @@ describe.each(customerRoutes)("$method customer route %#", (route) => {
     });
     it(`${label(route)}: 400 for ${route.loose ? "a mistyped field" : "an unknown field"}`, async () => {
       const body = route.loose
-        ? { ...(route.body as object), model: 42 }
+        ? { ...(route.body as object), ...(route.mistyped ?? { model: 42 }) }
         : { ...(route.body as object), surprise: true };
       await expectProblem(await send(victim.key.key, { body }), 400, "invalid_request");
     });
