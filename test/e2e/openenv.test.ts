@@ -5,29 +5,14 @@
  * HTTP; an episode earns the task's verifier reward; and the key, tenant and input paths refuse.
  */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, statSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { join, relative } from "node:path";
-import { gzipSync } from "node:zlib";
+import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
-import { packTar } from "modern-tar";
-import { WebSocket } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ERROR_CODES, PROBLEM_CONTENT_TYPE } from "../../protocol/errors.js";
 import { makeOrg, rawCall, startAgentStack, type AgentStack } from "../support/agent-stack.js";
 import { ROOT, savedLocalEdge } from "../support/local-edge.js";
-
-const OPENENV = JSON.parse(readFileSync(join(ROOT, "test/fixtures/openenv/types.schema.json"), "utf8")) as {
-  schemas: Record<string, object>;
-};
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-
-/** Asserts `value` is an instance of OpenEnv's model `name`, listing what is not. */
-function conforms(name: string, value: unknown): void {
-  const validate = ajv.getSchema(name) ?? (ajv.addSchema(OPENENV.schemas[name]!, name), ajv.getSchema(name)!);
-  const ok = validate(value);
-  expect(ok, `${name}: ${ajv.errorsText(validate.errors)} in ${JSON.stringify(value).slice(0, 2000)}`).toBe(true);
-}
+import { archiveOf, conforms, observation, runTerminal, Socket, wsError } from "../support/openenv.js";
 
 let stack: AgentStack;
 let key: string;
@@ -36,25 +21,6 @@ let other: { key: string };
 
 /** The task the episodes play: answer.txt must say `done`; the verifier writes reward.txt. */
 const TASK_DIR = join(ROOT, "test/fixtures/harbor-tasks/plain");
-
-/** A task directory as a gzip'd tar, entries sorted, paths relative to the task's root. */
-async function archiveOf(dir: string): Promise<Buffer> {
-  const files: string[] = [];
-  const walk = (at: string) => {
-    for (const name of readdirSync(at).sort()) {
-      const path = join(at, name);
-      if (statSync(path).isDirectory()) walk(path);
-      else files.push(path);
-    }
-  };
-  walk(dir);
-  const entries = files.map((path) => {
-    const body = readFileSync(path);
-    const header = { name: relative(dir, path), type: "file" as const, size: body.byteLength, mtime: new Date(0) };
-    return { header: { ...header, mode: statSync(path).mode & 0o777 }, body };
-  });
-  return gzipSync(await packTar(entries));
-}
 
 beforeAll(async () => {
   stack = await startAgentStack();
@@ -79,70 +45,9 @@ afterAll(async () => {
 });
 
 const base = (task: string | null = "0") => `/v1/envs/openenv/${taskset}${task === null ? "" : `/${task}`}`;
-
-/** A WebSocket to the front as OpenEnv's client opens it, with every answer queued in order. */
-class Socket {
-  readonly ws: WebSocket;
-  private readonly inbox: unknown[] = [];
-  private waiting: ((m: unknown) => void) | undefined;
-  readonly closed: Promise<{ code: number; reason: string }>;
-  readonly opened: Promise<void>;
-
-  constructor(path: string, headers: Record<string, string> = {}) {
-    this.ws = new WebSocket(`${stack.edge.baseURL.replace(/^http/, "ws")}${path}/ws`, { headers });
-    this.opened = new Promise((resolve, reject) => {
-      this.ws.addEventListener("open", () => resolve());
-      this.ws.addEventListener("error", () => reject(new Error("the socket did not open")));
-    });
-    this.closed = new Promise((resolve) =>
-      this.ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })),
-    );
-    this.ws.addEventListener("message", (e) => {
-      const message = JSON.parse(String(e.data)) as unknown;
-      if (this.waiting) {
-        this.waiting(message);
-        this.waiting = undefined;
-      } else this.inbox.push(message);
-    });
-  }
-
-  /** Sends a message, checked first against OpenEnv's type for it, and answers the reply. */
-  async ask(message: { type: string; data?: unknown }): Promise<{ type: string; data: Record<string, unknown> }> {
-    const model = { reset: "WSResetMessage", step: "WSStepMessage", state: "WSStateMessage" }[message.type];
-    if (model) conforms(model, message);
-    await this.opened;
-    this.ws.send(JSON.stringify(message));
-    return this.next();
-  }
-
-  next(): Promise<{ type: string; data: Record<string, unknown> }> {
-    const queued = this.inbox.shift();
-    if (queued !== undefined) return Promise.resolve(queued as never);
-    return new Promise((resolve) => (this.waiting = resolve as (m: unknown) => void));
-  }
-}
-
-/** An answer is an observation, checked as OpenEnv's `WSObservationResponse` and `data` as `type`. */
-function observation(answer: { type: string; data: Record<string, unknown> }, type: "ResetResponse" | "StepResponse") {
-  expect(answer.type, JSON.stringify(answer)).toBe("observation");
-  conforms("WSObservationResponse", answer);
-  conforms(type, answer.data);
-  return answer.data as {
-    observation: Record<string, unknown> & { session_id: string; step_count: number };
-    reward: number | null;
-    done: boolean;
-  };
-}
-
-function wsError(answer: { type: string; data: Record<string, unknown> }) {
-  expect(answer.type, JSON.stringify(answer)).toBe("error");
-  conforms("WSErrorResponse", answer);
-  return answer.data as { message: string; code: string; status?: number; error?: string };
-}
-
-const runTerminal = (id: string, command: string) => ({
-  tool_calls: [{ id, type: "function", function: { name: "run_terminal", arguments: JSON.stringify({ command }) } }],
-});
+/** A WebSocket to the environment at `base(task)`, as OpenEnv's client opens it. */
+const socketTo = (task: string | null, headers: Record<string, string> = {}) =>
+  new Socket(`${stack.edge.baseURL}${base(task)}`, headers);
 
 /** The session as the session API reports it, once `until` holds of it. */
 async function sessionOf(id: string, until: (s: { done: boolean; status: string }) => boolean = () => true) {
@@ -181,7 +86,7 @@ describe("the OpenEnv front's descriptive routes", () => {
 
 describe("an episode over OpenEnv's WebSocket", () => {
   it("resets with the key in its data, steps, reports state, and answers the verifier's reward when the agent finishes", async () => {
-    const socket = new Socket(base());
+    const socket = socketTo("0");
     const reset = { seed: 7, api_key: key };
     conforms("ResetRequest", reset);
     const started = observation(await socket.ask({ type: "reset", data: reset }), "ResetResponse");
@@ -245,7 +150,7 @@ describe("an episode over OpenEnv's WebSocket", () => {
   }, 120_000);
 
   it("takes the task from reset's data when the URL names only the set, and scores an untouched tree 0", async () => {
-    const socket = new Socket(base(null));
+    const socket = socketTo(null);
     const refused = wsError(await socket.ask({ type: "reset", data: { api_key: key } }));
     expect(refused).toMatchObject({ code: "VALIDATION_ERROR", status: 400 });
     const started = observation(await socket.ask({ type: "reset", data: { task: 0 } }), "ResetResponse");
@@ -263,7 +168,7 @@ describe("an episode over OpenEnv's WebSocket", () => {
   }, 120_000);
 
   it("starts a fresh session on each reset and ends the one before; closing the socket ends the last", async () => {
-    const socket = new Socket(base(), { Authorization: `Bearer ${key}` });
+    const socket = socketTo("0", { Authorization: `Bearer ${key}` });
     const a = observation(await socket.ask({ type: "reset", data: {} }), "ResetResponse").observation.session_id;
     const b = observation(await socket.ask({ type: "reset", data: {} }), "ResetResponse").observation.session_id;
     expect(b).not.toBe(a);
@@ -418,18 +323,18 @@ describe("the front's refusals", () => {
   });
 
   it("closes a WebSocket whose first message carries no key, or a key that is not valid", async () => {
-    const keyless = new Socket(base());
+    const keyless = socketTo("0");
     expect(wsError(await keyless.ask({ type: "state" }))).toMatchObject({ code: "SESSION_ERROR", status: 401 });
     expect((await keyless.closed).code).toBe(1008);
 
-    const unknown = new Socket(base());
+    const unknown = socketTo("0");
     const refused = wsError(await unknown.ask({ type: "reset", data: { api_key: "sxt_not_a_key" } }));
     expect(refused).toMatchObject({ status: 401, error: "unauthenticated" });
     expect((await unknown.closed).code).toBe(1008);
   }, 60_000);
 
   it("answers bad WebSocket messages with OpenEnv's error codes and another org's task set as missing", async () => {
-    const socket = new Socket(base(), { Authorization: `Bearer ${other.key}` });
+    const socket = socketTo("0", { Authorization: `Bearer ${other.key}` });
     await socket.opened;
     socket.ws.send("{not json");
     expect(wsError(await socket.next()).code).toBe("INVALID_JSON");
