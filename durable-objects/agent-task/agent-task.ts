@@ -5,7 +5,8 @@
  * are recorded before any call runs, and each call carries an id the sandbox host runs only once, so
  * a task evicted or crashed at any point resumes from its storage without a write or a command
  * running twice. Nothing it stores holds code in the clear: payloads are sealed with a key only the
- * sandbox host holds (`seal.ts`).
+ * sandbox host holds (`seal.ts`). The same object runs a task-set task as an environment session or
+ * a rollout (`session.ts`).
  */
 import { DurableObject } from "cloudflare:workers";
 import type { AgentQuota } from "../agent-quota.js";
@@ -27,12 +28,13 @@ import { RetryLater, runTurn, type LoopHost } from "./loop.js";
 import { guarded, TaskNotReady } from "./result.js";
 import { reportRollout } from "./rollout.js";
 import { EnvTasks, type CreateEnvTask, type SessionHost } from "./session.js";
+import { cancelTask, followUp } from "./steer.js";
 import { TaskStore, type CreateTask, type TaskState } from "./store.js";
-
-export type { CreateTask };
 import type { ChatMessage } from "./turn.js";
 import type { StepRequest } from "../../protocol/envs/api.js";
 import type { EnvRunNamespace } from "../../protocol/envs/run.js";
+
+export type { CreateTask };
 
 interface AgentTaskEnv extends SandboxSettings {
   AGENT_GATEWAY: AgentModelGateway;
@@ -249,51 +251,22 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     return guarded(async () => this.view(this.mustState()));
   }
   cancel() {
-    return guarded(() => this.cancelTask());
+    return guarded(async () => {
+      await cancelTask(this.host);
+      return this.view(this.mustState());
+    });
   }
   message(content: string) {
-    return guarded(() => this.followUp(content));
+    return guarded(async () => {
+      await followUp(this.host, content);
+      return this.view(this.mustState());
+    });
   }
   diff() {
     return guarded(() => this.taskDiff());
   }
   events(after: number, limit = 500) {
     return guarded(() => this.readEvents(after, limit));
-  }
-
-  private async cancelTask(): Promise<Task> {
-    const before = this.mustState();
-    if (isTerminal(before.status)) return this.view(before);
-    await this.dataKey(before).catch(() => undefined);
-    // Read again: the turn may have recorded usage (or ended the task) while the key was fetched.
-    const state = this.mustState();
-    if (isTerminal(state.status)) return this.view(state);
-    await this.end(state, "cancelled", {});
-    // A command still running for the task is killed; the tree (and its diff) stays.
-    await this.sandbox(state.id)
-      .stop()
-      .catch(() => undefined);
-    return this.view(this.mustState());
-  }
-
-  /** A follow-up from the user: read at the start of the next turn; a finished task starts again. */
-  private async followUp(content: string): Promise<Task> {
-    const state = this.mustState();
-    if (state.status === "cancelled" || state.status === "failed")
-      throw new TaskNotReady(`The task is ${state.status}; start a new one.`);
-    const key = await this.dataKey(state);
-    if (!key) throw new TaskNotReady("The task's sandbox is gone; start a new one.");
-    this.store.queueFollowUp(await seal(key, { role: "user", content } satisfies ChatMessage));
-    await this.event("user.message", { content });
-    if (state.status === "finished") {
-      state.status = "running";
-      state.endReason = null;
-      state.endedAt = null;
-      this.store.saveState(state);
-      await this.ctx.storage.setAlarm(Date.now());
-    }
-    this.notify();
-    return this.view(state);
   }
 
   private async taskDiff() {

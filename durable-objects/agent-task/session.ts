@@ -256,7 +256,8 @@ export class EnvTasks {
 
   /** Runs the recorded calls still pending, then ends the session if `finish` was called or a budget is spent. */
   private async finishPending(key: CryptoKey): Promise<void> {
-    if (this.host.store.pendingCalls().length === 0) return;
+    // As in the production loop, nothing runs after the end (a deletion, the wall time).
+    if (this.host.store.pendingCalls().length === 0 || this.host.mustState().status !== "running") return;
     const { finishSummary } = await runRecordedCalls(this.host, key);
     const state = this.mustEnv();
     if (state.status !== "running") return;
