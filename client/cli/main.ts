@@ -2,6 +2,7 @@ import { Command, CommanderError } from "commander";
 import { VERSION } from "../../protocol/version.js";
 import { admin } from "./commands/admin.js";
 import { agentCommands } from "./commands/agent.js";
+import { envCapture } from "./commands/env-capture.js";
 import { eventCommands } from "./commands/events.js";
 import { keys } from "./commands/keys.js";
 import { login } from "./commands/login.js";
@@ -25,7 +26,18 @@ export function buildProgram(): Command {
     // Each subcommand's --help lists these too: they apply to every command.
     .configureHelp({ showGlobalOptions: true })
     .exitOverride();
-  for (const register of [whoami, workspaceCommands, mcp, agentCommands, eventCommands, keys, usage, admin, login])
+  for (const register of [
+    whoami,
+    workspaceCommands,
+    mcp,
+    agentCommands,
+    envCapture,
+    eventCommands,
+    keys,
+    usage,
+    admin,
+    login,
+  ])
     register(program);
   // Every subcommand, at any depth, reports usage errors through exitOverride instead of exiting itself.
   const visit = (cmd: Command) => cmd.commands.forEach((sub) => visit(sub.exitOverride()));
