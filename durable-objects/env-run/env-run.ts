@@ -12,21 +12,21 @@ import { DurableObject } from "cloudflare:workers";
 import type { AgentQuota } from "../agent-quota.js";
 import type { AgentTask } from "../agent-task/agent-task.js";
 import { isTerminal, TaskLimits, type AgentOrgLimits } from "../../protocol/agents/task.js";
-import { groupAdvantages, groupStats } from "../../protocol/envs/advantages.js";
 import type { EnvRunCallback, RolloutEnded as MemberReport } from "../../protocol/envs/run.js";
 import {
   memberSeed,
-  type GroupEnded,
   type Policy,
   type RolloutEnded,
   type RolloutEvent,
   type RolloutRun,
-  type RolloutStarted,
   type RunSummary,
   type RunTask,
   type Sampling,
 } from "../../protocol/envs/rollouts.js";
+import { groupEnded, rolloutIdOf, runSummary, runView, started, unplayed } from "./report.js";
 import { RunStore, type MemberRow, type RunState } from "./store.js";
+
+export { rolloutIdOf };
 
 interface EnvRunEnv {
   AGENT_TASK: DurableObjectNamespace<AgentTask>;
@@ -58,9 +58,6 @@ const SWEEP_MS = 5 * 60_000;
 const REPORT_GRACE_MS = 30 * 60_000;
 /** Seconds a quota reservation outlives its member's wall time, as for an agent task. */
 const RESERVATION_GRACE_SECONDS = 3600;
-
-/** The member's AgentTask id: the run's id and its number, so a repeat of its making finds it. */
-export const rolloutIdOf = (runId: string, member: number) => `${runId}-${member}`;
 
 export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
   private readonly store: RunStore;
@@ -300,10 +297,13 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
       };
       this.store.appendEvent("rollout.ended", at, data);
       const group = this.store.group(row.grp);
-      if (group.every((m) => m.state === "ended"))
-        this.store.appendEvent("group.ended", at, this.endGroup(state, row.grp, group));
+      if (group.every((m) => m.state === "ended")) {
+        const ended = groupEnded(state, row.grp, group);
+        ended.advantages.forEach((a, i) => this.store.setAdvantage(ended.members[i]!, a));
+        this.store.appendEvent("group.ended", at, ended);
+      }
       if (this.store.count("ended") === state.groupSize * state.tasks.length) {
-        const summary = this.summary(state);
+        const summary = runSummary(state, this.store.members(), Date.now());
         this.store.appendEvent("summary", at, summary);
         state.status = "ended";
         state.endedAt = at;
@@ -313,104 +313,13 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
     this.notify();
   }
 
-  /** Advantages over the group's members that have a reward; the others get none. */
-  private endGroup(state: RunState, grp: number, group: MemberRow[]): GroupEnded {
-    const scored = group.filter((m) => m.reward !== null);
-    const rewards = scored.map((m) => m.reward!);
-    const advantages = rewards.length ? groupAdvantages(rewards) : [];
-    const stats = rewards.length ? groupStats(rewards) : null;
-    const byMember = new Map(scored.map((m, i) => [m.member, advantages[i]!]));
-    for (const m of group) this.store.setAdvantage(m.member, byMember.get(m.member) ?? null);
-    return {
-      task: state.tasks[grp]!,
-      group: grp,
-      members: group.map((m) => m.member),
-      rewards: group.map((m) => m.reward),
-      advantages: group.map((m) => byMember.get(m.member) ?? null),
-      mean: stats?.mean ?? null,
-      std: stats?.std ?? null,
-    };
-  }
-
-  private summary(state: RunState): RunSummary {
-    const members = this.store.members();
-    const rewards = members.flatMap((m) => (m.reward === null ? [] : [m.reward]));
-    const outcomes: Record<string, number> = {};
-    for (const m of members) if (m.outcome) outcomes[m.outcome] = (outcomes[m.outcome] ?? 0) + 1;
-    return {
-      rollouts: members.length,
-      ended: members.filter((m) => m.state === "ended").length,
-      verified: rewards.length,
-      meanReward: rewards.length ? rewards.reduce((s, r) => s + r, 0) / rewards.length : null,
-      solved: rewards.filter((r) => r >= 1).length,
-      groups: state.tasks.length,
-      outcomes,
-      tokens: members.reduce((s, m) => s + (m.tokens ?? 0), 0),
-      turns: members.reduce((s, m) => s + (m.turns ?? 0), 0),
-      durationMs: Date.now() - Date.parse(state.createdAt),
-    };
-  }
-
   private notify(): void {
     for (const listener of this.listeners) listener();
   }
 
   private view(state: RunState): RolloutRun {
-    const summary = state.status === "ended" ? this.lastSummary() : null;
-    return {
-      id: state.id,
-      status: state.status,
-      taskset: state.taskset,
-      tasks: state.tasks,
-      policy: state.policy,
-      groupSize: state.groupSize,
-      sampling: state.sampling,
-      concurrency: state.concurrency,
-      members: this.store.members().map((m) => ({
-        member: m.member,
-        group: m.grp,
-        groupIndex: m.gi,
-        seed: m.seed,
-        state: m.state,
-        rolloutId: m.state === "pending" ? null : rolloutIdOf(state.id, m.member),
-        reward: m.reward,
-        components: m.components === null ? null : (JSON.parse(m.components) as Record<string, number>),
-        outcome: m.outcome,
-        advantage: m.advantage,
-        turns: m.turns,
-        tokens: m.tokens,
-      })),
-      summary,
-      createdAt: state.createdAt,
-      endedAt: state.endedAt,
-      lastEventId: this.store.lastEventId(),
-    };
-  }
-
-  private lastSummary(): RunSummary | null {
-    const rows = this.store.eventsAfter(Math.max(0, this.store.lastEventId() - 1), 1);
-    return rows[0]?.type === "summary" ? (JSON.parse(rows[0].data) as RunSummary) : null;
+    const last = this.store.eventsAfter(Math.max(0, this.store.lastEventId() - 1), 1)[0];
+    const summary = state.status === "ended" && last?.type === "summary" ? (JSON.parse(last.data) as RunSummary) : null;
+    return runView(state, this.store.members(), summary, this.store.lastEventId());
   }
 }
-
-const started = (state: RunState, m: MemberRow): RolloutStarted => ({
-  member: m.member,
-  groupIndex: m.gi,
-  task: state.tasks[m.grp]!,
-  seed: m.seed,
-  rolloutId: rolloutIdOf(state.id, m.member),
-});
-
-/** The end of a member that never ran (or never reported): no reward, nothing used. */
-const unplayed = (outcome: string, why: string) => ({
-  reward: null,
-  components: {},
-  outcome,
-  verifyError: why,
-  turns: 0,
-  tokens: 0,
-  toolCalls: 0,
-  sandboxSeconds: 0,
-  startedAt: null,
-  endedAt: null,
-});
