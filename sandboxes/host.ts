@@ -40,7 +40,7 @@ import { HttpError, parse, send } from "./http.js";
 import { router } from "./routes.js";
 import { placeFiles } from "./place-files.js";
 import { OutsideTree, TaskIndex } from "./search.js";
-import { TaskArchives } from "./task-archives.js";
+import { TaskArchives, taskLimits } from "./task-archives.js";
 import { runTool } from "./tools.js";
 import { TreeFs } from "./tree-fs.js";
 import { TreePool } from "./tree-pool.js";
@@ -189,6 +189,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     const cached = request.task && archives.touch(request.task.archive);
     if (request.task && !cached)
       throw new HttpError(404, "not_found", `The host does not hold archive ${request.task.archive}; upload it first.`);
+    const limits = cached ? taskLimits(request.limits, cached.task.settings) : request.limits;
     const held = await Promise.all(
       [...sandboxes.values()].map(async (s) => ({ tenant: s.tenant, usedBytes: (await s.disk.usedBytes()) ?? 0 })),
     );
@@ -202,8 +203,8 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
     let made: { disk: SandboxDisk; cgroup: SandboxCgroup | undefined };
     try {
       await mkdir(dir, { mode: 0o711 });
-      const disk = await makeDisk(join(dir, "disk"), request.limits.diskBytes, tmpfs);
-      made = { disk, cgroup: await cgroups?.create(request.id, tenantOf(request), request.limits) };
+      const disk = await makeDisk(join(dir, "disk"), limits.diskBytes, tmpfs);
+      made = { disk, cgroup: await cgroups?.create(request.id, tenantOf(request), limits) };
     } catch (err) {
       creating.delete(request.id);
       await rm(dir, { recursive: true, force: true });
@@ -221,7 +222,7 @@ export async function startSandboxHost(options: SandboxHostOptions): Promise<San
       cgroup: made.cgroup,
       fs: new TreeFs({ root: made.disk.tree, owner: root ? uid : undefined }),
       dataKey: randomBytes(32).toString("base64url"),
-      limits: request.limits,
+      limits,
       idleTtlMs: request.idleTtlSeconds * 1000,
       uid,
       createdAt: new Date().toISOString(),

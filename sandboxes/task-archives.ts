@@ -6,8 +6,14 @@
  * solution reach a sandbox only when the host verifies or solves it.
  */
 import { createHash } from "node:crypto";
-import type { ArchiveInfo } from "../protocol/agents/sandbox.js";
-import { readHarborTask, TaskRefused, type HarborTask } from "../protocol/envs/harbor.js";
+import type { ArchiveInfo, SandboxLimits } from "../protocol/agents/sandbox.js";
+import {
+  readHarborTask,
+  sandboxLimitsFor,
+  TaskRefused,
+  type HarborTask,
+  type TaskSettings,
+} from "../protocol/envs/harbor.js";
 import { TASK_ARCHIVE_LIMITS, unpackTaskArchive, type TaskArchiveLimits } from "../protocol/envs/task-archive.js";
 import { HttpError } from "./http.js";
 
@@ -77,4 +83,18 @@ export class TaskArchives {
     if (!cached) throw new HttpError(404, "not_found", `The host does not hold archive ${sha256}.`);
     return { sha256, bytes: cached.bytes };
   }
+}
+
+/**
+ * A task's sandbox has the memory and disk its task.toml asks for (`memory_mb`, `storage_mb`, capped
+ * by the task reader and held in the protocol's range); the request's other limits stand.
+ */
+export function taskLimits(limits: SandboxLimits, settings: TaskSettings): SandboxLimits {
+  const asked = sandboxLimitsFor(settings);
+  const clamp = (n: number, min: number, max: number) => Math.max(min, Math.min(max, n));
+  return {
+    ...limits,
+    memoryBytes: clamp(asked.memoryBytes, 64 * 2 ** 20, 16 * 2 ** 30),
+    diskBytes: clamp(asked.diskBytes, 2 ** 20, 64 * 2 ** 30),
+  };
 }

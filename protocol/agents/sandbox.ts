@@ -82,8 +82,9 @@ export const CreateSandboxRequest = z.strictObject({
     .optional(),
   /**
    * A Harbor task, by the hash of its archive (uploaded first with `PUT /v1/archives/{sha256}`): the
-   * task's environment is the starting tree and the diff's base. 404 `not_found` when the host does
-   * not hold the archive (the edge uploads it and creates again).
+   * task's environment is the starting tree and the diff's base, and its task.toml's `memory_mb` and
+   * `storage_mb` (capped) replace `limits.memoryBytes` and `limits.diskBytes`. 404 `not_found` when
+   * the host does not hold the archive (the edge uploads it and creates again).
    */
   task: z.strictObject({ archive: Sha256Hex }).optional(),
 });

@@ -141,6 +141,14 @@ describe("task archives", () => {
     expect((await host.call("task-plain-1", callId(), "list_dir", {})).result).not.toContain("test");
   });
 
+  it("gives a task's sandbox the disk its task.toml asks for", async (ctx) => {
+    if (host.isolation.disk !== "tmpfs") ctx.skip();
+    await sandboxOf(host, "task-greet-disk", "greeting");
+    const df = await terminal(host, "task-greet-disk", "df -k . | tail -1 | awk '{print $2}'");
+    // storage_mb = 256
+    expect(df.stdout.trim()).toBe(String(256 * 1024));
+  });
+
   it("answers 404 for a sandbox of an archive it does not hold, and for a solve of a task without one", async () => {
     const r = await host.request("POST", "/v1/sandboxes", { id: "task-missing", task: { archive: "a".repeat(64) } });
     expect(r).toMatchObject({ status: 404, body: { code: "not_found" } });
