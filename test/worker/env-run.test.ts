@@ -130,7 +130,9 @@ describe("a rollout run object", () => {
     await stubOf(run.id)
       .restart()
       .catch(() => undefined);
-    await afterRestart(() => stubOf(run.id).get(run.orgId));
+    await afterRestart(async () => {
+      await stubOf(run.id).get(run.orgId);
+    });
     // The second group: one member never verified (no reward), so the others' advantages are over three.
     for (const [i, r] of [0.5, null, 0.5, 1].entries())
       await stubOf(run.id).rolloutEnded(
