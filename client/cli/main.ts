@@ -3,6 +3,8 @@ import { VERSION } from "../../protocol/version.js";
 import { admin } from "./commands/admin.js";
 import { agentCommands } from "./commands/agent.js";
 import { envCapture } from "./commands/env-capture.js";
+import { envPush } from "./commands/env-push.js";
+import { envRollouts } from "./commands/env-rollouts.js";
 import { eventCommands } from "./commands/events.js";
 import { keys } from "./commands/keys.js";
 import { login } from "./commands/login.js";
@@ -31,6 +33,8 @@ export function buildProgram(): Command {
     workspaceCommands,
     mcp,
     agentCommands,
+    envPush,
+    envRollouts,
     envCapture,
     eventCommands,
     keys,

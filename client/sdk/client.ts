@@ -36,6 +36,7 @@ import {
 } from "../../protocol/sync.js";
 import { LakeManifest, LakeTable } from "../../protocol/lake.js";
 import { Agents } from "./agents.js";
+import { Envs } from "./envs.js";
 import { Events } from "./events.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
@@ -94,6 +95,8 @@ export class Sextant {
   readonly agents: Agents;
   /** Editor events for the lake: `send`, or a background `recorder()`. */
   readonly events: Events;
+  /** Environments: task archives and task sets. */
+  readonly envs: Envs;
 
   constructor(options: SextantOptions = {}) {
     const apiKey = options.apiKey ?? envVar("SEXTANT_API_KEY");
@@ -108,6 +111,7 @@ export class Sextant {
     this.http = transport(apiKey, options);
     this.agents = new Agents(this.http);
     this.events = new Events(this.http);
+    this.envs = new Envs(this.http);
   }
 
   get baseURL(): string {

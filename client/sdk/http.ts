@@ -21,6 +21,7 @@ export interface RequestOptions<S extends z.ZodType> {
   method: "GET" | "POST" | "PATCH" | "PUT" | "DELETE";
   path: string;
   query?: Record<string, string | undefined>;
+  /** Sent as JSON; bytes are sent as they are (with `headers`' Content-Type, else application/octet-stream). */
   body?: unknown;
   /** Validates a 2xx body; omit for responses without one. */
   schema?: S;
@@ -88,12 +89,15 @@ export class HttpClient {
       ...req.headers,
     };
     if (this.options.token) headers.Authorization = `Bearer ${this.options.token}`;
-    if (req.body !== undefined) headers["Content-Type"] = "application/json";
+    const raw = req.body instanceof Uint8Array;
+    if (req.body !== undefined && !req.headers?.["Content-Type"])
+      headers["Content-Type"] = raw ? "application/octet-stream" : "application/json";
     try {
       return await this.options.fetch(url, {
         method: req.method,
         headers,
-        body: req.body === undefined ? undefined : JSON.stringify(req.body),
+        body:
+          req.body === undefined ? undefined : raw ? (req.body as Uint8Array<ArrayBuffer>) : JSON.stringify(req.body),
         signal,
       });
     } catch (err) {

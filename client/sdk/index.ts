@@ -1,4 +1,14 @@
 export { Agents, TaskDiff, type TaskDiffResponse, type TaskEventsOptions, type UploadedFiles } from "./agents.js";
+export {
+  Envs,
+  type CreateTaskSetRequest,
+  type CreatedTaskSetInfo,
+  type PushedTaskSet,
+  type PushOptions,
+  type StoredArchiveInfo,
+  type TaskToPush,
+} from "./envs.js";
+export { Rollouts, type RolloutStreamOptions } from "./rollouts.js";
 export { DEFAULT_BASE_URL, Sextant, SextantAdmin } from "./client.js";
 export type { ClientOptions, PerRequest, SextantAdminOptions, SextantOptions } from "./client.js";
 export * from "./errors.js";

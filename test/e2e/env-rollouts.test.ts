@@ -18,7 +18,8 @@ import type { AgentScript } from "../../gpu-backends/simulator/agent-script.js";
 import { PROBLEM_CONTENT_TYPE } from "../../protocol/errors.js";
 import { RolloutEvent, RolloutRun, type GroupEnded, type RolloutEnded } from "../../protocol/envs/rollouts.js";
 import { makeOrg, rawCall, startAgentStack, type AgentStack } from "../support/agent-stack.js";
-import { savedLocalEdge } from "../support/local-edge.js";
+import { savedLocalEdge, sextantAsync } from "../support/local-edge.js";
+import { Rollouts } from "../../client/sdk/rollouts.js";
 
 let stack: AgentStack;
 let key: string;
@@ -329,4 +330,47 @@ describe("a bad request", () => {
     await expectProblem(res, 404, "not_found");
     await expectProblem(await fetch(`${stack.edge.baseURL}/v1/envs/rollouts/anything`), 401, "unauthenticated");
   });
+});
+
+describe("the clients", () => {
+  it("the SDK starts a run and yields its events through the summary, the seeds shifted by sampling.seed", async () => {
+    let announced: string | undefined;
+    const events: RolloutEvent[] = [];
+    const rollouts = new Rollouts(stack.sdk.http);
+    for await (const event of rollouts.run(
+      { taskset, tasks: [1], policy: { model: "chat-simulated" }, group_size: 4, sampling: { seed: 2 } },
+      { onRun: (id) => (announced = id) },
+    ))
+      events.push(event);
+    expect(announced).toMatch(/^run_[0-9a-z]{20}$/);
+    expect(events.at(-1)!.type).toBe("summary");
+    const group = events.find((e) => e.type === "group.ended")!.data as GroupEnded;
+    // Seeds 2..5 pick beta's variants 2, 3, 0, 1.
+    expect(group.rewards).toEqual([0, 1, 1, 0]);
+    expect((await rollouts.get(announced!)).members.map((m) => m.seed)).toEqual([2, 3, 4, 5]);
+  }, 300_000);
+
+  it("sextant envs rollouts prints each group and the summary, or JSON", async () => {
+    const args = ["envs", "rollouts", "--taskset", taskset, "--model", "chat-simulated", "--group-size", "4"];
+    const text = await sextantAsync([...args, "--tasks", "0", "--checkpoint", "ckpt-cli"], stack.env);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toContain(
+      `task 0 (${shas[0]!.slice(0, 12)}): rewards 1 0 1 1  advantages +0.58 -1.73 +0.58 +0.58`,
+    );
+    expect(text.stdout).toMatch(/^Run run_[0-9a-z]{20}: 4 rollouts over 1 tasks, 4 verified$/m);
+    expect(text.stdout).toContain("Mean reward 0.750, solved 3/4");
+    const json = await sextantAsync([...args, "--tasks", "2,0", "--json"], stack.env);
+    expect(json.code, json.stderr).toBe(0);
+    const out = JSON.parse(json.stdout) as { id: string; groups: GroupEnded[]; summary: { rollouts: number } };
+    expect(out.groups.map((g) => [g.task.index, g.rewards])).toEqual(
+      expect.arrayContaining([
+        [2, [1, 1, 1, 1]],
+        [0, [1, 0, 1, 1]],
+      ]),
+    );
+    expect(out.summary.rollouts).toBe(8);
+    const usage = await sextantAsync([...args.slice(0, -1), "four"], stack.env);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain("--group-size takes a whole number");
+  }, 300_000);
 });

@@ -28,6 +28,7 @@ interface Ids {
   taskId: string;
   tasksetId: string;
   sessionId: string;
+  runId: string;
 }
 
 const customerRoutes: Route[] = [
@@ -147,6 +148,15 @@ const customerRoutes: Route[] = [
   },
   {
     method: "POST",
+    path: () => "/v1/envs/rollouts",
+    // Names the victim's task set: another org's request is refused as if it did not exist.
+    body: { taskset: "ts_victim000000000000000", policy: { model: "chat-simulated" }, group_size: 1 },
+    tenant: true,
+  },
+  { method: "GET", path: (ids) => `/v1/envs/rollouts/${ids.runId}`, tenant: true },
+  { method: "GET", path: (ids) => `/v1/envs/rollouts/${ids.runId}/events`, tenant: true },
+  {
+    method: "POST",
     path: () => "/v1/events",
     body: { events: [{ id: "evt-00000001", type: "tab.rejected", at: Date.now() }] },
   },
@@ -176,7 +186,7 @@ const adminRoutes: Route[] = [
 ];
 
 const label = (r: Route) =>
-  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task", tasksetId: ":set", sessionId: ":sess" })}`;
+  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task", tasksetId: ":set", sessionId: ":sess", runId: ":run" })}`;
 
 let victim: Account;
 let revoked: Account;
@@ -212,7 +222,24 @@ beforeAll(async () => {
   await env.DB.prepare("INSERT INTO agent_tasks (id, org_id, user_id, model, kind) VALUES (?, ?, ?, ?, 'env')")
     .bind(sessionId, victim.org.id, victim.user.id, "client")
     .run();
-  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId, tasksetId, sessionId };
+  // The victim's rollout run: one whose member the org's daily sandbox time cannot pay for, so it
+  // ends at once and no member is made (no sandbox host runs here).
+  const runId = "run_victim00000000000000";
+  await env.ENV_RUN.get(env.ENV_RUN.idFromName(runId)).create({
+    id: runId,
+    orgId: victim.org.id,
+    userId: victim.user.id,
+    keyId: victim.key.id,
+    taskset: tasksetId,
+    tasks: [{ index: 0, sha256: "0".repeat(64) }],
+    policy: { model: "chat-simulated" },
+    groupSize: 1,
+    sampling: {},
+    limits: {},
+    concurrency: 1,
+    orgLimits: { concurrentTasks: 1, dailySandboxSeconds: 1 },
+  });
+  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId, tasksetId, sessionId, runId };
   await new Promise((resolve) => setTimeout(resolve, 1100));
 });
 
