@@ -52,7 +52,8 @@ export interface EnvBenchResult {
   settings: Required<EnvBenchOptions> & { tabClients: number };
   start: { sessionMs: number[]; bareMs: number[] };
   step: Record<StepTool, { edgeMs: number[]; bareMs: number[] }>;
-  rollouts: { runs: RunOutcome[] };
+  /** The timed runs, and each of their rollouts' time from its start to its end. */
+  rollouts: { runs: RunOutcome[]; rolloutMs: number[] };
   tab: {
     aloneTtftMs: number[];
     besideTtftMs: number[];
@@ -202,6 +203,8 @@ export async function runEnvBench(options: EnvBenchOptions = {}): Promise<EnvBen
   if (!(Number.isInteger(floodRounds) && floodRounds >= 1)) throw new RangeError(`floodRounds: ${floodRounds}`);
   if (settings.steps + 2 > 500) throw new RangeError("steps: at most 498 (a session's turns are at most 500)");
   const env = await startEnvStack(settings.tasks);
+  // The set has as many tasks as the fixture holds, however many were asked for.
+  settings.tasks = env.tasks.length;
   try {
     const start = await measureStarts(env, settings.starts);
     const step = await measureSteps(env, settings.steps);
@@ -218,7 +221,13 @@ export async function runEnvBench(options: EnvBenchOptions = {}): Promise<EnvBen
         onEvent,
       );
     const runs: RunOutcome[] = [];
-    for (let i = 0; i < settings.runs; i++) runs.push(await run());
+    const rolloutMs: number[] = [];
+    for (let i = 0; i < settings.runs; i++)
+      runs.push(
+        await run((e) => {
+          if (e.type === "rollout.ended" && e.data.durationMs !== null) rolloutMs.push(e.data.durationMs);
+        }),
+      );
 
     const openai = new OpenAI({
       baseURL: `${env.stack.edge.baseURL}/v1`,
@@ -249,14 +258,19 @@ export async function runEnvBench(options: EnvBenchOptions = {}): Promise<EnvBen
       floodRuns: [],
     };
     const beside = async () => {
-      // Members in flight, from the run's own events.
+      // Members started and in flight, from the run's own events.
+      let startedMembers = 0;
       let inFlight = 0;
       let full: () => void;
       const filled = new Promise<void>((resolve) => (full = resolve));
-      const slots = Math.min(settings.concurrency, settings.tasks * settings.group);
+      const total = env.tasks.length * settings.group;
+      const slots = Math.min(settings.concurrency, total);
       let ended = false;
       const flood = run((e) => {
-        if (e.type === "rollout.started") inFlight++;
+        if (e.type === "rollout.started") {
+          startedMembers++;
+          inFlight++;
+        }
         if (e.type === "rollout.ended") inFlight--;
         if (inFlight >= slots) full();
       }).finally(() => {
@@ -267,10 +281,10 @@ export async function runEnvBench(options: EnvBenchOptions = {}): Promise<EnvBen
       if (!ended) {
         const until = performance.now() + roundMs;
         const started = performance.now();
-        result.besideErrors += await tab(
-          () => !ended && inFlight >= slots && performance.now() < until,
-          result.besideTtftMs,
-        );
+        // Between one member's end and the next one's start a slot is empty for a moment; the run's
+        // tail begins only once every member has started.
+        const busy = () => startedMembers < total || inFlight >= slots;
+        result.besideErrors += await tab(() => !ended && busy() && performance.now() < until, result.besideTtftMs);
         result.besideSeconds += (performance.now() - started) / 1000;
       }
       result.floodRuns.push(await flood);
@@ -289,7 +303,7 @@ export async function runEnvBench(options: EnvBenchOptions = {}): Promise<EnvBen
         }
       }
     }
-    return { driver: env.driver, settings, start, step, rollouts: { runs }, tab: result };
+    return { driver: env.driver, settings, start, step, rollouts: { runs, rolloutMs }, tab: result };
   } finally {
     await env.stop();
   }
@@ -330,7 +344,7 @@ export function reportEnvBench(r: EnvBenchResult): string {
   const run = (x: RunOutcome) =>
     `${x.summary.rollouts} in ${(x.ms / 1000).toFixed(1)} s (${perMinute(x).toFixed(1)}/min, mean reward ${x.summary.meanReward?.toFixed(2) ?? "-"}, ${x.summary.turns} turns, outcomes ${JSON.stringify(x.summary.outcomes)})`;
   lines.push(
-    `  rollouts a minute at concurrency ${s.concurrency}: median ${median(rates).toFixed(1)} over ${rates.length} run${rates.length === 1 ? "" : "s"}: ${r.rollouts.runs.map(run).join("; ")}`,
+    `  rollouts a minute at concurrency ${s.concurrency}: median ${median(rates).toFixed(1)} over ${rates.length} run${rates.length === 1 ? "" : "s"}: ${r.rollouts.runs.map(run).join("; ")}; a rollout's own time p50 ${(median(r.rollouts.rolloutMs) / 1000).toFixed(1)} s, p95 ${(quantile(r.rollouts.rolloutMs, 0.95) / 1000).toFixed(1)} s over ${r.rollouts.rolloutMs.length}`,
   );
   const t = r.tab;
   const p95 = (v: number[]) => (v.length ? fmt(quantile(v, 0.95)) : "-");
