@@ -89,7 +89,7 @@ describe("a ten-step session interrupted at every step", () => {
       await stack.edge.stop();
     }
     // Eleven edge starts: on a machine whose cores are busy each can take several seconds.
-  }, 600_000);
+  }, 900_000);
 
   it("runs each step once when the session's object restarts after every step", async () => {
     const stack = await startAgentStack({ host });

@@ -133,6 +133,25 @@ describe("an environment session", () => {
     await client.call("DELETE", base);
   }, 120_000);
 
+  it("runs concurrent requests for one step once", async () => {
+    const session = await open();
+    const base = `/v1/envs/sessions/${session.id}`;
+    const answers = await Promise.all([1, 2, 3].map(() => client.call("POST", `${base}/step`, appendStep(1))));
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+    expect(answers[1]!.json.results).toEqual(answers[0]!.json.results);
+    expect(answers[2]!.json.results).toEqual(answers[0]!.json.results);
+    const after = await Promise.all([
+      client.call("POST", `${base}/step`, appendStep(2)),
+      client.call("GET", base),
+      client.call("POST", `${base}/step`, appendStep(2)),
+    ]);
+    expect(after[0].json.results).toEqual(after[2].json.results);
+    // One result counted per call, however many requests asked for it.
+    expect((await client.call("GET", base)).json.usage.toolCalls).toBe(2);
+    expect((await client.call("POST", `${base}/verify`)).json.reward).toBe(1);
+    await client.call("DELETE", base);
+  }, 120_000);
+
   it("ends itself and destroys its sandbox once idle", async () => {
     const session = await open({ idleSeconds: 10 });
     const base = `/v1/envs/sessions/${session.id}`;

@@ -16,8 +16,7 @@ const ARCHIVE_PUT = /^\/v1\/envs\/archives\/[^/]+$/;
 export const conventions = createMiddleware<AppEnv>(async (c, next) => {
   const config = loadConfig(c.env);
   c.set("config", config);
-  const maxBytes =
-    c.req.method === "PUT" && ARCHIVE_PUT.test(c.req.path) ? MAX_ARCHIVE_BYTES : config.MAX_BODY_BYTES;
+  const maxBytes = c.req.method === "PUT" && ARCHIVE_PUT.test(c.req.path) ? MAX_ARCHIVE_BYTES : config.MAX_BODY_BYTES;
   const declared = Number(c.req.header("Content-Length"));
   if (declared > maxBytes) {
     if (declared <= DRAIN_BYTES && c.req.raw.body)
