@@ -193,8 +193,18 @@ export async function toolStepRow(
   };
 }
 
-/** The `rollouts` row: outcome and accounting in the clear, the opening messages sealed. */
-export async function rolloutRow(summary: RolloutSummary, opening: Message[], key: OrgSealKey): Promise<LakeRow> {
+/** A rollout's opening messages (system prompt, instruction) sealed as its `rollouts` row's content. */
+export type SealedOpening = { content_key_id: string; content: string };
+
+/**
+ * The opening sealed by whoever holds it (the rollout's own object), for whoever writes the
+ * `rollouts` row once the advantage is known (the run's object), which never sees the text.
+ */
+export const sealOpening = (ref: RolloutRef, opening: Message[], key: OrgSealKey): Promise<SealedOpening> =>
+  sealed(key, ref, "rollouts", ref.rolloutId, bounded({ messages: opening }));
+
+/** The `rollouts` row: outcome and accounting in the clear, the opening messages sealed (`sealOpening`). */
+export function rolloutRow(summary: RolloutSummary, opening: SealedOpening): LakeRow {
   return {
     ...clear(summary),
     member: summary.member ?? null,
@@ -215,7 +225,8 @@ export async function rolloutRow(summary: RolloutSummary, opening: Message[], ke
     started_at: summary.startedAt,
     ended_at: summary.endedAt,
     duration_ms: summary.endedAt === null ? null : Math.max(0, summary.endedAt - summary.startedAt),
-    ...(await sealed(key, summary, "rollouts", summary.rolloutId, bounded({ messages: opening }))),
+    content_key_id: opening.content_key_id,
+    content: opening.content,
   };
 }
 
@@ -279,5 +290,8 @@ export async function rolloutRows(input: {
       index += 1;
     }
   }
-  return { rollouts: [await rolloutRow(summary, opening, key)], rollout_steps: await Promise.all(steps) };
+  return {
+    rollouts: [rolloutRow(summary, await sealOpening(summary, opening, key))],
+    rollout_steps: await Promise.all(steps),
+  };
 }

@@ -7,17 +7,12 @@ import { createExecutionContext, createMessageBatch, env, getQueueResult } from 
 import { describe, expect, it } from "vitest";
 import { toBase64url } from "../../protocol/base64.js";
 import { OrgKey, RowsAnswer } from "../../protocol/envs/capture.js";
-import {
-  modelStepRow,
-  rolloutRows,
-  type Message,
-  type OrgSealKey,
-  type RolloutSummary,
-} from "../../protocol/envs/rollout-rows.js";
+import { rolloutRows, type Message, type OrgSealKey, type RolloutSummary } from "../../protocol/envs/rollout-rows.js";
 import { generateOrgKeyPair, importPrivateKey, openJson } from "../../protocol/envs/seal.js";
 import { partitionOf, type LakeMessage, type LakeRow } from "../../protocol/lake.js";
+import { readOrgSealKey } from "../../durable-objects/lake/org-seal-key.js";
 import worker from "../../workers/index.js";
-import { capturedCall } from "../../workers/envs/capture.js";
+import { captureCall, capturedCall } from "../../workers/envs/capture.js";
 import { call, createAccount, expectJson, expectProblem } from "./harness.js";
 
 const SECRET = "refactor src/vault/secret-ledger.ts so the overdraft test passes";
@@ -52,6 +47,8 @@ describe("the org's sealing key", () => {
       OrgKey,
     );
     expect(replaced.keyId).toBe("team-2026");
+    // As objects read it to seal a rollout's rows.
+    expect(await readOrgSealKey(env.DB, owner.org.id)).toEqual({ keyId: "team-2026", publicKey: next.publicKey });
     expect((await expectJson(await call("/v1/envs/keys", { token: member.key.key }), 200, OrgKey)).keyId).toBe(
       "team-2026",
     );
@@ -176,26 +173,21 @@ describe("a rollout's rows", () => {
     const messages = conversation();
     // The gateway's capture of turn 2, with what the simulator answers for logprobs and token ids.
     const tag = { rolloutId: summary.rolloutId, runId: summary.runId, turn: 2, startedAt };
-    const captured = capturedCall(
-      tag,
-      { model: "agent-simulated" },
-      {
-        model: "agent-simulated",
-        prompt_token_ids: [1, 2, 3],
-        usage: { prompt_tokens: 600, completion_tokens: 7 },
-        choices: [
-          {
-            message: messages[5],
-            finish_reason: "stop",
-            logprobs: { content: [{ token: "token_id:42", logprob: -0.25, bytes: [], top_logprobs: [] }] },
-          },
-        ],
-      },
-      startedAt + 60_000,
-      startedAt + 61_000,
-    )!;
-    expect(captured).toMatchObject({ turn: 2, tokenIds: [42], promptTokenIds: [1, 2, 3], latencyMs: 1000 });
-    const gatewayRow = await modelStepRow(summary, captured, key);
+    const answerBody = {
+      model: "agent-simulated",
+      prompt_token_ids: [1, 2, 3],
+      usage: { prompt_tokens: 600, completion_tokens: 7 },
+      choices: [
+        {
+          message: messages[5],
+          finish_reason: "stop",
+          logprobs: { content: [{ token: "token_id:42", logprob: -0.25, bytes: [], top_logprobs: [] }] },
+        },
+      ],
+    };
+    expect(
+      capturedCall(tag, { model: "agent-simulated" }, answerBody, startedAt + 60_000, startedAt + 61_000),
+    ).toMatchObject({ turn: 2, tokenIds: [42], promptTokenIds: [1, 2, 3], latencyMs: 1000 });
     const rows = await rolloutRows({ summary, conversation: messages, key });
     expect(rows.rollouts).toHaveLength(1);
     expect(rows.rollout_steps.map((r) => r.step_id)).toEqual([
@@ -210,20 +202,35 @@ describe("a rollout's rows", () => {
     // The gateway's row first; then the rollout's rows three times over, one message per row, through
     // a consumer that has every other batch delivered again.
     const msg = (table: LakeMessage["table"], r: LakeRow[]): LakeMessage => ({ v: 1, table, rows: r });
-    const sends: LakeMessage[] = [msg("rollout_steps", [gatewayRow])];
+    const sends: LakeMessage[] = [];
     for (let i = 0; i < 3; i++) {
       sends.push(msg("rollouts", rows.rollouts));
       for (const r of rows.rollout_steps) sends.push(msg("rollout_steps", [r]));
     }
-    await deliver(sends.slice(0, 1), "0");
-    // Two deliveries with every second batch redelivered: one of them is, whatever the count before.
-    const half = Math.ceil(sends.length / 2);
-    const redelivered = (await deliver(sends.slice(1, half), "2")) + (await deliver(sends.slice(half), "2"));
-    expect(redelivered).toBeGreaterThan(0);
-
     const { day, hour } = partitionOf("rollouts", startedAt);
     const read = (token: string, table: string, extra = "") =>
       call(`/v1/envs/rows/${table}?day=${day}&hour=${hour}${extra}`, { token });
+    // The gateway's capture, as AgentGateway.chat hands it to waitUntil: sealed with the org's key
+    // from D1 and sent through the records queue, whose consumer writes it to the lake.
+    await captureCall(
+      env,
+      { taskId: summary.rolloutId, orgId: owner.org.id, keyId: owner.key.id, capture: tag },
+      { model: "agent-simulated" },
+      answerBody,
+      startedAt + 60_000,
+      startedAt + 61_000,
+    );
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const landed = await expectJson(await read(owner.key.key, "rollout_steps"), 200, RowsAnswer);
+      if (landed.rows.some((r) => r.step_id === `${summary.rolloutId}.m2`)) break;
+      if (Date.now() > deadline) throw new Error("the gateway's capture never reached the lake");
+      await scheduler.wait(200);
+    }
+    // Two deliveries with every second batch redelivered: one of them is, whatever the count before.
+    const half = Math.ceil(sends.length / 2);
+    const redelivered = (await deliver(sends.slice(0, half), "2")) + (await deliver(sends.slice(half), "2"));
+    expect(redelivered).toBeGreaterThan(0);
     const rollouts = await expectJson(await read(owner.key.key, "rollouts"), 200, RowsAnswer);
     const steps = await expectJson(await read(owner.key.key, "rollout_steps"), 200, RowsAnswer);
     expect(rollouts.rows.filter((r) => r.rollout_id === summary.rolloutId)).toHaveLength(1);

@@ -8,7 +8,6 @@ import type { AgentCaller } from "../../protocol/agents/gateway.js";
 import type { CaptureTag } from "../../protocol/envs/capture.js";
 import { modelStepRow, type CapturedCall, type Message, type TokenLogprob } from "../../protocol/envs/rollout-rows.js";
 import { sendRows } from "../../durable-objects/lake/send.js";
-import { database } from "../db/client.js";
 import { orgSealKey } from "./keys.js";
 
 type Answer = {
@@ -78,7 +77,7 @@ export async function captureCall(
   try {
     const call = capturedCall(tag, request, body, started, ended);
     if (!call) return;
-    const key = await orgSealKey(database(env.DB), caller.orgId);
+    const key = await orgSealKey(env.DB, caller.orgId);
     if (!key) {
       console.log(
         JSON.stringify({

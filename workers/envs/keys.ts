@@ -4,7 +4,7 @@
  * others within `TTL_MS`; rows sealed to the old key in that time still open with its private key.
  */
 import { eq } from "drizzle-orm";
-import { fromBase64url } from "../../protocol/base64.js";
+import { readOrgSealKey } from "../../durable-objects/lake/org-seal-key.js";
 import type { OrgSealKey } from "../../protocol/envs/rollout-rows.js";
 import type { Db } from "../db/client.js";
 import { orgSealKeys } from "../db/schema.js";
@@ -30,11 +30,10 @@ export async function putOrgKey(db: Db, row: { orgId: string; userId: string; ke
 }
 
 /** The org's current sealing key, or null when it has none (its rollouts are then not captured). */
-export async function orgSealKey(db: Db, orgId: string): Promise<OrgSealKey | null> {
+export async function orgSealKey(d1: D1Database, orgId: string): Promise<OrgSealKey | null> {
   const hit = cache.get(orgId);
   if (hit && hit.until > Date.now()) return hit.key;
-  const row = await getOrgKey(db, orgId);
-  const key = row ? { keyId: row.keyId, publicKey: fromBase64url(row.publicKey) } : null;
+  const key = await readOrgSealKey(d1, orgId);
   cache.set(orgId, { key, until: Date.now() + TTL_MS });
   return key;
 }
