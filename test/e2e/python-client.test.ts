@@ -1,19 +1,17 @@
 /**
  * The Python client (clients/python) against `npm start`'s edge and sandbox host: the fixture task set
- * is pushed, and the client's own unittest suite runs with SEXTANT_URL, SEXTANT_API_KEY and
+ * is pushed with `sextant envs push`, and the client's own unittest suite runs with SEXTANT_URL, SEXTANT_API_KEY and
  * SEXTANT_TASKSET set, so its live tests (sessions, steps, a lost step answer replayed, verify's
  * reward, errors' codes, another org's view, a rollout run's events and advantages) run against the
  * real routes instead of skipping.
  */
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
-import { gzipSync } from "node:zlib";
-import { packTar } from "modern-tar";
+import { cpSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ERROR_CODES } from "../../protocol/errors.js";
-import { makeOrg, rawCall, setAgentScripts, startAgentStack, type AgentStack } from "../support/agent-stack.js";
+import { makeOrg, setAgentScripts, startAgentStack, type AgentStack } from "../support/agent-stack.js";
 import { ROOT, savedLocalEdge } from "../support/local-edge.js";
 
 const PYTHON_CLIENT = join(ROOT, "clients/python");
@@ -51,52 +49,16 @@ afterAll(async () => {
   await stack?.edge.stop();
 });
 
-/** A task directory as a gzip'd tar, entries sorted and dated 0, paths relative to the task's root. */
-async function archiveOf(dir: string): Promise<Buffer> {
-  const files: string[] = [];
-  const walk = (at: string) => {
-    for (const name of readdirSync(at).sort()) {
-      const path = join(at, name);
-      if (statSync(path).isDirectory()) walk(path);
-      else files.push(path);
-    }
-  };
-  walk(dir);
-  const tar = await packTar(
-    files.map((path) => {
-      const body = readFileSync(path);
-      return {
-        header: {
-          name: relative(dir, path),
-          type: "file" as const,
-          size: body.byteLength,
-          mode: statSync(path).mode & 0o777,
-          mtime: new Date(0),
-        },
-        body,
-      };
-    }),
-  );
-  return gzipSync(tar, { level: 9 });
-}
-
-/** Pushes each task directory of `dir` through the archive and task set routes; the set's id. */
-async function pushTaskSet(dir: string): Promise<string> {
-  const tasks = [];
-  for (const name of readdirSync(dir).sort()) {
-    const archive = await archiveOf(join(dir, name));
-    const sha256 = createHash("sha256").update(archive).digest("hex");
-    const put = await fetch(`${stack.edge.baseURL}/v1/envs/archives/${sha256}`, {
-      method: "PUT",
-      headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/gzip" },
-      body: new Uint8Array(archive),
-    });
-    expect(put.status, await put.clone().text()).toBe(201);
-    tasks.push({ sha256, bytes: archive.byteLength });
-  }
-  const created = await rawCall(stack.edge, key, "POST", "/v1/envs/tasksets", { tasks });
-  expect(created.status, JSON.stringify(created.json)).toBe(201);
-  return (created.json as { id: string }).id;
+/**
+ * The fixture set pushed with `sextant envs push`, from a copy (push writes its name map beside the
+ * set); the copy's directory and the set's id.
+ */
+function pushFixtureSet(): { dir: string; id: string } {
+  const dir = join(mkdtempSync(join(tmpdir(), "sextant-python-set-")), "taskset");
+  cpSync(FIXTURE_SET, dir, { recursive: true });
+  const run = stack.cli(["--json", "envs", "push", dir]);
+  expect(run.code, run.stderr).toBe(0);
+  return { dir, id: (JSON.parse(run.stdout) as { id: string }).id };
 }
 
 function python(args: string[], env: Record<string, string>): Promise<{ code: number; output: string }> {
@@ -113,6 +75,7 @@ function python(args: string[], env: Record<string, string>): Promise<{ code: nu
 
 const LIVE_TESTS = [
   "test_the_task_set_is_the_fixture_set",
+  "test_the_push_map_names_the_fixture_task",
   "test_a_session_solved_step_by_step_earns_the_reward",
   "test_an_untouched_tree_scores_zero",
   "test_a_step_whose_answer_is_lost_is_replayed_not_run_again",
@@ -123,12 +86,13 @@ const LIVE_TESTS = [
 
 describe("the Python client against a local edge", () => {
   it("passes its unittest suite, the live tests included, against the pushed fixture set", async () => {
-    const taskset = await pushTaskSet(FIXTURE_SET);
+    const taskset = pushFixtureSet();
     const other = await makeOrg(stack.edge, "python-client-other");
     const run = await python(["-m", "unittest", "discover", "-v", "-s", "clients/python/tests"], {
       SEXTANT_URL: stack.edge.baseURL,
       SEXTANT_API_KEY: key,
-      SEXTANT_TASKSET: taskset,
+      SEXTANT_TASKSET: taskset.id,
+      SEXTANT_TASKSET_MAP: taskset.dir,
       SEXTANT_OTHER_API_KEY: other.key,
       SEXTANT_POLICY: "chat-simulated",
     });

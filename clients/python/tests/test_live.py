@@ -13,7 +13,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from lossy_proxy import LossyProxy  # noqa: E402
 
-from sextant_envs import Client, SextantError  # noqa: E402
+from sextant_envs import Client, SextantError, load_taskset_map  # noqa: E402
 
 VARIABLES = ("SEXTANT_URL", "SEXTANT_API_KEY", "SEXTANT_TASKSET")
 MISSING = [name for name in VARIABLES if not os.environ.get(name)]
@@ -42,6 +42,14 @@ class LiveSessionTest(unittest.TestCase):
         taskset = self.client.tasksets.get(TASKSET)
         self.assertEqual(taskset["id"], TASKSET)
         self.assertEqual([t["index"] for t in taskset["tasks"]], [0])
+
+    @unittest.skipUnless(os.environ.get("SEXTANT_TASKSET_MAP"), "SEXTANT_TASKSET_MAP (the pushed set's directory) not set")
+    def test_the_push_map_names_the_fixture_task(self) -> None:
+        pushed = load_taskset_map(os.environ["SEXTANT_TASKSET_MAP"])
+        self.assertEqual(pushed.id, TASKSET)
+        self.assertEqual(list(pushed.tasks), ["greeting-file"])
+        self.assertEqual(pushed.index("greeting-file"), 0)
+        self.assertEqual(pushed.tasks["greeting-file"].sha256, self.client.tasksets.get(TASKSET)["tasks"][0]["sha256"])
 
     def test_a_session_solved_step_by_step_earns_the_reward(self) -> None:
         with self.client.sessions.create(TASKSET, 0, seed=3) as session:
