@@ -3,13 +3,13 @@
  * records queue into the lake exactly once, whoever sends them and however often the queue delivers
  * them again, read back by the org alone, and never in the clear in the lake's bucket.
  */
-import { createExecutionContext, createMessageBatch, env, getQueueResult } from "cloudflare:test";
+import { createExecutionContext, createMessageBatch, env, getQueueResult, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { toBase64url } from "../../protocol/base64.js";
 import { OrgKey, RowsAnswer } from "../../protocol/envs/capture.js";
 import { rolloutRows, type Message, type OrgSealKey, type RolloutSummary } from "../../protocol/envs/rollout-rows.js";
 import { generateOrgKeyPair, importPrivateKey, openJson } from "../../protocol/envs/seal.js";
-import { partitionOf, type LakeMessage, type LakeRow } from "../../protocol/lake.js";
+import { partitionName, partitionOf, type LakeMessage, type LakeRow } from "../../protocol/lake.js";
 import { readOrgSealKey } from "../../durable-objects/lake/org-seal-key.js";
 import worker from "../../workers/index.js";
 import { captureCall, capturedCall } from "../../workers/envs/capture.js";
@@ -227,10 +227,25 @@ describe("a rollout's rows", () => {
       if (Date.now() > deadline) throw new Error("the gateway's capture never reached the lake");
       await scheduler.wait(200);
     }
+    // Each partition's first write of these rows fails after its file is written, before its commit.
+    for (const table of ["rollouts", "rollout_steps"] as const) {
+      const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(partitionName(partitionOf(table, startedAt))));
+      await runInDurableObject(stub, (object) => {
+        // Every second write fails, and the next is the second.
+        const held = object as unknown as { env: Env; writes: number };
+        held.env = { ...held.env, LAKE_FAULT_EVERY: "2" } as Env;
+        held.writes = 1;
+      });
+    }
     // Two deliveries with every second batch redelivered: one of them is, whatever the count before.
     const half = Math.ceil(sends.length / 2);
     const redelivered = (await deliver(sends.slice(0, half), "2")) + (await deliver(sends.slice(half), "2"));
     expect(redelivered).toBeGreaterThan(0);
+    // Each partition's failed write was made again: three writes (the count set, the fault, the retry).
+    for (const table of ["rollouts", "rollout_steps"] as const) {
+      const stub = env.LAKE_PARTITION.get(env.LAKE_PARTITION.idFromName(partitionName(partitionOf(table, startedAt))));
+      expect(await runInDurableObject(stub, (object) => (object as unknown as { writes: number }).writes)).toBe(3);
+    }
     const rollouts = await expectJson(await read(owner.key.key, "rollouts"), 200, RowsAnswer);
     const steps = await expectJson(await read(owner.key.key, "rollout_steps"), 200, RowsAnswer);
     expect(rollouts.rows.filter((r) => r.rollout_id === summary.rolloutId)).toHaveLength(1);
