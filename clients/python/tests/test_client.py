@@ -111,6 +111,32 @@ class SessionTest(unittest.TestCase):
         session.close()
         self.assertTrue(session.closed)
 
+    def test_one_client_serves_sessions_on_several_threads(self) -> None:
+        import threading
+
+        answers, failures = {}, []
+
+        def episode(n: int) -> None:
+            try:
+                with self.client.sessions.create("ts_1", 0, seed=n) as session:
+                    steps = [session.step([call("run_terminal", command=f"echo {n}.{i}")]) for i in range(3)]
+                    answers[session.id] = [(s.index, s.results[0]["content"]) for s in steps]
+            except Exception as error:  # noqa: BLE001 - reported below
+                failures.append(error)
+
+        threads = [threading.Thread(target=episode, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual(failures, [])
+        self.assertEqual(len(answers), 8)
+        for steps in answers.values():
+            self.assertEqual([index for index, _ in steps], [1, 2, 3])
+            n = steps[0][1].split("'echo ")[1].split(".")[0]
+            self.assertEqual([content for _, content in steps], [f"ran {{'command': 'echo {n}.{i}'}}" for i in range(3)])
+        self.assertEqual(sorted(self.edge.sessions), [f"env_{n}" for n in range(1, 9)])
+
     def test_objects_with_model_dump_are_taken_as_tool_calls(self) -> None:
         class OpenAIToolCall:
             def model_dump(self) -> dict:
