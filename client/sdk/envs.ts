@@ -8,6 +8,7 @@ import { z } from "zod";
 import { CreatedTaskSet, StoredArchive, TaskSet, type CreateTaskSetRequest } from "../../protocol/envs/api.js";
 import { NotFoundError, SextantError } from "./errors.js";
 import type { HttpClient } from "./http.js";
+import { Rollouts } from "./rollouts.js";
 
 export type { CreateTaskSetRequest };
 export type StoredArchiveInfo = z.infer<typeof StoredArchive>;
@@ -47,7 +48,12 @@ const archivePath = (sha256: string) => `/v1/envs/archives/${encodeURIComponent(
  * console.log(set.id, set.tasks);
  */
 export class Envs {
-  constructor(private readonly http: HttpClient) {}
+  /** Rollout runs: `run` starts one and yields its events; `events` resumes one; `get` reads one. */
+  readonly rollouts: Rollouts;
+
+  constructor(private readonly http: HttpClient) {
+    this.rollouts = new Rollouts(http);
+  }
 
   /** The archive as the sandbox host holds it, or null when it holds none by that hash. */
   async archive(sha256: string, opts: PerRequest = {}): Promise<StoredArchiveInfo | null> {

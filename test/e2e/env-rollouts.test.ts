@@ -19,7 +19,6 @@ import { PROBLEM_CONTENT_TYPE } from "../../protocol/errors.js";
 import { RolloutEvent, RolloutRun, type GroupEnded, type RolloutEnded } from "../../protocol/envs/rollouts.js";
 import { makeOrg, rawCall, startAgentStack, type AgentStack } from "../support/agent-stack.js";
 import { savedLocalEdge, sextantAsync } from "../support/local-edge.js";
-import { Rollouts } from "../../client/sdk/rollouts.js";
 
 let stack: AgentStack;
 let key: string;
@@ -336,7 +335,7 @@ describe("the clients", () => {
   it("the SDK starts a run and yields its events through the summary, the seeds shifted by sampling.seed", async () => {
     let announced: string | undefined;
     const events: RolloutEvent[] = [];
-    const rollouts = new Rollouts(stack.sdk.http);
+    const rollouts = stack.sdk.envs.rollouts;
     for await (const event of rollouts.run(
       { taskset, tasks: [1], policy: { model: "chat-simulated" }, group_size: 4, sampling: { seed: 2 } },
       { onRun: (id) => (announced = id) },

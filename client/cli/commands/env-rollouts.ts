@@ -4,7 +4,6 @@
  */
 import type { Command } from "commander";
 import type { CreateRolloutsRequest, GroupEnded, RunSummary } from "../../../protocol/envs/rollouts.js";
-import { Rollouts } from "../../sdk/rollouts.js";
 import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson } from "../output.js";
 import { progress } from "../progress.js";
@@ -98,7 +97,7 @@ export function envRollouts(program: Command): void {
       const options = cmd.optsWithGlobals<GlobalOptions>();
       const request = rolloutRequest(opts);
       const { sextant } = await client(options);
-      const rollouts = new Rollouts(sextant.http);
+      const rollouts = sextant.envs.rollouts;
       const bar = progress(!options.json);
       let id = "";
       let total: number | undefined;
