@@ -344,7 +344,7 @@ export function reportEnvBench(r: EnvBenchResult): string {
   const run = (x: RunOutcome) =>
     `${x.summary.rollouts} in ${(x.ms / 1000).toFixed(1)} s (${perMinute(x).toFixed(1)}/min, mean reward ${x.summary.meanReward?.toFixed(2) ?? "-"}, ${x.summary.turns} turns, outcomes ${JSON.stringify(x.summary.outcomes)})`;
   lines.push(
-    `  rollouts a minute at concurrency ${s.concurrency}: median ${median(rates).toFixed(1)} over ${rates.length} run${rates.length === 1 ? "" : "s"}: ${r.rollouts.runs.map(run).join("; ")}; a rollout's own time p50 ${(median(r.rollouts.rolloutMs) / 1000).toFixed(1)} s, p95 ${(quantile(r.rollouts.rolloutMs, 0.95) / 1000).toFixed(1)} s over ${r.rollouts.rolloutMs.length}`,
+    `  rollouts a minute at concurrency ${s.concurrency}: ${rates.map((x) => x.toFixed(1)).join(", ")}${rates.length >= 3 ? ` (median ${median(rates).toFixed(1)})` : ""} over ${rates.length} run${rates.length === 1 ? "" : "s"}: ${r.rollouts.runs.map(run).join("; ")}; a rollout's own time p50 ${(median(r.rollouts.rolloutMs) / 1000).toFixed(1)} s, p95 ${(quantile(r.rollouts.rolloutMs, 0.95) / 1000).toFixed(1)} s over ${r.rollouts.rolloutMs.length}`,
   );
   const t = r.tab;
   const p95 = (v: number[]) => (v.length ? fmt(quantile(v, 0.95)) : "-");
