@@ -33,6 +33,7 @@ import { TaskStore, type CreateTask, type TaskState } from "./store.js";
 import type { ChatMessage } from "./turn.js";
 import type { StepRequest } from "../../protocol/envs/api.js";
 import type { EnvRunNamespace } from "../../protocol/envs/run.js";
+import type { LakeMessage } from "../../protocol/lake.js";
 
 export type { CreateTask };
 
@@ -42,6 +43,9 @@ interface AgentTaskEnv extends SandboxSettings {
   ALLOW_PRIVATE_ARCHIVE_ORIGINS?: string;
   /** The rollout runs' objects, which a rollout tells of its end (absent where no runs are deployed). */
   ENV_RUN?: EnvRunNamespace;
+  /** The org's sealing keys and the records queue, for a rollout's capture (`capture.ts`). */
+  DB?: D1Database;
+  RECORDS?: Queue<LakeMessage>;
 }
 
 /** Failures of the model or the sandbox host in a row before the task ends. */
@@ -81,6 +85,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       setKey: (key) => (this.key = key),
       tenant: tenantTag,
       runs: () => env.ENV_RUN,
+      lake: () => (env.DB && env.RECORDS ? { db: env.DB, records: env.RECORDS } : undefined),
     };
     this.envTasks = new EnvTasks(this.envHost);
   }

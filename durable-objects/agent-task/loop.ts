@@ -5,10 +5,12 @@
  * eviction or a crash is run again from what was recorded: the model is asked again only if its
  * answer was not recorded, and the calls still pending are re-sent, never re-run.
  */
-import type { AgentModelGateway } from "../../protocol/agents/gateway.js";
+import type { AgentCaller, AgentModelGateway } from "../../protocol/agents/gateway.js";
 import type { EndReason, EventType } from "../../protocol/agents/task.js";
 import { NOT_INDEXED } from "../../protocol/agents/tools.js";
+import { captureOptions } from "../../protocol/envs/capture.js";
 import { withDeadline } from "../../protocol/sleep.js";
+import { keepCall } from "./capture.js";
 import type { SandboxClient } from "./sandbox-client.js";
 import { runConcurrently } from "./schedule.js";
 import { seal, unseal } from "./seal.js";
@@ -225,13 +227,21 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
   const startedAt = new Date().toISOString();
   host.store.saveState(state);
   const deadline = Date.parse(state.startedAt!) + state.limits.wallSeconds * 1000;
-  const answer = await withDeadline(
-    host.gateway.chat(
-      { taskId: state.id, orgId: state.orgId, keyId: state.keyId },
-      chatRequest(state, messages, prompt),
-    ),
-    deadline,
-  );
+  // A rollout's calls are captured for training: the gateway seals and sends each answer with the
+  // log-probabilities and token ids asked of the backend here. An agent task's never ask for them.
+  const caller: AgentCaller = { taskId: state.id, orgId: state.orgId, keyId: state.keyId };
+  let request: Record<string, unknown> = chatRequest(state, messages, prompt);
+  if (state.kind === "rollout" && state.startedAt) {
+    caller.capture = {
+      rolloutId: state.id,
+      runId: state.env?.parent?.runId ?? null,
+      turn,
+      startedAt: Date.parse(state.startedAt),
+    };
+    request = captureOptions(request);
+  }
+  const asked = Date.now();
+  const answer = await withDeadline(host.gateway.chat(caller, request), deadline);
   const current = host.mustState();
   if (current.status !== "running") return true;
   if (answer === "deadline") {
@@ -245,6 +255,7 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
     await host.end(current, "model_error", { message: modelErrorMessage(answer.status, answer.body) });
     return true;
   }
+  if (caller.capture) await keepCall(host, key, turn, request, answer.body, asked, assistantMessage(parsed));
   await recordTurn(host, current, key, turn, startedAt, parsed);
   if (parsed.toolCalls.length === 0) {
     // An answer without calls ends the task: the agent has nothing more to do until asked.
@@ -267,11 +278,7 @@ export async function recordTurn(
   startedAt: string,
   parsed: ParsedAnswer,
 ): Promise<void> {
-  const assistant: ChatMessage = {
-    role: "assistant",
-    content: parsed.content,
-    ...(parsed.toolCalls.length ? { tool_calls: parsed.toolCalls } : {}),
-  };
+  const assistant = assistantMessage(parsed);
   const sealedMessage = await seal(key, assistant);
   const sealedEvent = await seal(key, {
     turn,
@@ -308,6 +315,13 @@ export async function recordTurn(
   });
   host.notify();
 }
+
+/** The assistant's message of an answer, as the conversation records it. */
+export const assistantMessage = (parsed: ParsedAnswer): ChatMessage & { role: "assistant" } => ({
+  role: "assistant",
+  content: parsed.content,
+  ...(parsed.toolCalls.length ? { tool_calls: parsed.toolCalls } : {}),
+});
 
 export class RetryLater extends Error {
   constructor(readonly seconds: number) {

@@ -1,13 +1,18 @@
 /**
  * A rollout's end: once its loop has ended, the task's tests score its tree (once: the verify call
- * id makes a repeat answer the record), and its run is told (`ENV_RUN`'s `rolloutEnded`), each
- * retried by the task's alarm with backoff. Out of tries at verifying, the run is told there is no
- * reward and why; out of tries at telling it, the run learns of the end when it reads the task.
+ * id makes a repeat answer the record), its conversation is sent to the lake as `rollout_steps` rows
+ * sealed to its org's key (`capture.ts`), and its run is told (`ENV_RUN`'s `rolloutEnded`, with the
+ * sealed opening its `rollouts` row needs), each retried by the task's alarm with backoff. Out of
+ * tries at verifying, the run is told there is no reward and why; out of tries at capturing, the
+ * run is told without the opening (the gateway's rows of each call stand); out of tries at telling
+ * it, the run learns of the end when it reads the task.
  */
 import type { RolloutEnded } from "../../protocol/envs/run.js";
+import { captureRollout, type RolloutCapture } from "./capture.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
 import type { EnvTasks, SessionHost } from "./session.js";
 import type { TaskState } from "./store.js";
+import { SYSTEM_PROMPT } from "./turn.js";
 
 /** Tries at verifying an ended rollout and at telling its run. */
 const MAX_REPORT_TRIES = 12;
@@ -27,6 +32,18 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       verifyError = err.message;
     }
   }
+  let capture: RolloutCapture | null = null;
+  const lake = host.lake();
+  if (lake) {
+    try {
+      const state = host.mustState();
+      const key = await host.dataKey(state);
+      if (key)
+        capture = await captureRollout(lake, host.storage, state, key, await host.conversation(key), SYSTEM_PROMPT);
+    } catch {
+      if (await retry(host)) return;
+    }
+  }
   const current = host.mustState();
   const runs = host.runs();
   if (runs && current.env?.parent) {
@@ -41,6 +58,7 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       usage: current.usage,
       startedAt: current.startedAt,
       endedAt: current.endedAt,
+      ...(capture ?? {}),
     };
     try {
       await runs.get(runs.idFromName(ended.runId)).rolloutEnded(ended);

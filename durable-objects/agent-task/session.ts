@@ -14,6 +14,7 @@ import { openAiTools } from "../../protocol/agents/tools.js";
 import { isTerminal, TaskLimits, type EndReason } from "../../protocol/agents/task.js";
 import type { CreatedSession, Session, StepRequest, StepResponse, VerifyResponse } from "../../protocol/envs/api.js";
 import type { EnvRunNamespace } from "../../protocol/envs/run.js";
+import type { CaptureBindings } from "./capture.js";
 import { recordTurn, runRecordedCalls, type LoopHost } from "./loop.js";
 import { TaskNotReady } from "./result.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
@@ -46,6 +47,8 @@ export interface SessionHost extends LoopHost {
   setKey(key: CryptoKey): void;
   tenant(orgId: string): Promise<string>;
   runs(): EnvRunNamespace | undefined;
+  /** Where a rollout's captured rows go (absent where the lake is not deployed). */
+  lake(): CaptureBindings | undefined;
 }
 
 const DEFAULT_IDLE_SECONDS = 600;

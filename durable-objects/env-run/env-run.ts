@@ -23,6 +23,8 @@ import {
   type RunTask,
   type Sampling,
 } from "../../protocol/envs/rollouts.js";
+import type { LakeMessage } from "../../protocol/lake.js";
+import { RunCapture } from "./capture.js";
 import { groupEnded, rolloutIdOf, runSummary, runView, started, unplayed } from "./report.js";
 import { RunStore, type MemberRow, type RunState } from "./store.js";
 
@@ -31,6 +33,8 @@ export { rolloutIdOf };
 interface EnvRunEnv {
   AGENT_TASK: DurableObjectNamespace<AgentTask>;
   AGENT_QUOTA: DurableObjectNamespace<AgentQuota>;
+  /** The records queue, for each ended group's `rollouts` rows (absent where the lake is not deployed). */
+  RECORDS?: Queue<LakeMessage>;
 }
 
 export interface CreateRun {
@@ -56,11 +60,14 @@ const MAX_START_TRIES = 6;
 const SWEEP_MS = 5 * 60_000;
 /** How long past its wall time a member may stay silent before the run reads its state itself. */
 const REPORT_GRACE_MS = 30 * 60_000;
+/** How soon a refused send of a group's `rollouts` rows is made again. */
+const CAPTURE_RETRY_MS = 30_000;
 /** Seconds a quota reservation outlives its member's wall time, as for an agent task. */
 const RESERVATION_GRACE_SECONDS = 3600;
 
 export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
   private readonly store: RunStore;
+  private readonly capture: RunCapture;
   private readonly listeners = new Set<() => void>();
   /** Members being made by this instance now (an alarm's starts run concurrently with reports). */
   private readonly starting = new Set<number>();
@@ -68,6 +75,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
   constructor(ctx: DurableObjectState, env: EnvRunEnv) {
     super(ctx, env);
     this.store = new RunStore(ctx.storage.sql);
+    this.capture = new RunCapture(ctx.storage.sql);
   }
 
   async create(input: CreateRun): Promise<RolloutRun> {
@@ -130,6 +138,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
     if (!state || state.id !== ended.runId || !row || rolloutIdOf(state.id, row.member) !== ended.taskId)
       return { recorded: false };
     if (row.state === "ended") return { recorded: false };
+    this.capture.keep(ended);
     this.recordEnd(state, row, {
       reward: ended.reward,
       components: ended.components,
@@ -142,16 +151,20 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
       startedAt: ended.startedAt,
       endedAt: ended.endedAt,
     });
+    await this.sendCaptured();
     // A slot is free: the next member starts now rather than at the next sweep.
     if (this.store.state()!.status === "running") await this.ctx.storage.setAlarm(Date.now());
     return { recorded: true };
   }
 
   override async alarm(): Promise<void> {
+    await this.sendCaptured();
     const state = this.store.state();
     if (!state || state.status !== "running") return;
     await this.sweep(state);
     let retryAt = await this.startMembers(state);
+    // Groups the sweep or a failed start ended.
+    await this.sendCaptured();
     if (this.store.state()!.status !== "running") return;
     // Members that ended unplayed left their slots free: the next ones start at once.
     const inFlight = this.store.count("running") + this.starting.size;
@@ -267,6 +280,22 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
           startedAt: result.value.startedAt,
           endedAt: result.value.endedAt,
         });
+    }
+  }
+
+  /** Sends the `rollouts` rows of groups that have ended; a refused send is tried again by the alarm. */
+  private async sendCaptured(): Promise<void> {
+    const state = this.store.state();
+    if (!state || !this.env.RECORDS) return;
+    try {
+      await this.capture.send(state, this.env.RECORDS);
+    } catch (err) {
+      console.error(
+        JSON.stringify({ level: "warn", message: "rollout rows not sent", run: state.id, error: String(err) }),
+      );
+      const next = Date.now() + CAPTURE_RETRY_MS;
+      const alarm = await this.ctx.storage.getAlarm();
+      if (alarm === null || alarm > next) await this.ctx.storage.setAlarm(next);
     }
   }
 

@@ -5,6 +5,7 @@
  * `member` and `taskId`).
  */
 import type { EndReason, TaskUsage } from "../agents/task.js";
+import type { SealedOpening } from "./rollout-rows.js";
 
 export interface RolloutEnded {
   runId: string;
@@ -21,6 +22,15 @@ export interface RolloutEnded {
   usage: TaskUsage;
   startedAt: string | null;
   endedAt: string | null;
+  /**
+   * The rollout's opening messages sealed to its org's key, for the run's `rollouts` row (which the
+   * run writes once the group's advantages are known, without seeing the text). Absent when the
+   * rollout was not captured (its org has no sealing key, or its conversation could not be read).
+   */
+  sealedOpening?: SealedOpening;
+  /** Prompt and completion tokens over its model calls, as the backend counted them (null: not reported). */
+  promptTokens?: number | null;
+  completionTokens?: number | null;
 }
 
 /** The part of the run's object a rollout calls. */
