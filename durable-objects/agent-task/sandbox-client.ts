@@ -200,6 +200,29 @@ export async function putArchive(
 }
 
 /**
+ * Whether the sandbox host holds an archive (`GET /v1/archives/{sha256}`): its size, or null when it
+ * holds none by that hash (never sent, or evicted from its cache).
+ */
+export async function archiveInfo(
+  host: SandboxHostConfig,
+  sha256: string,
+): Promise<{ sha256: string; bytes: number } | null> {
+  let response: Response;
+  try {
+    response = await (host.fetcher ?? globalThis).fetch(`${host.url.replace(/\/$/, "")}/v1/archives/${sha256}`, {
+      headers: { Authorization: `Bearer ${host.token}` },
+    });
+  } catch (err) {
+    throw new SandboxUnavailable(`The sandbox host is unreachable: ${(err as Error).message}`, null);
+  }
+  const json = (await response.json().catch(() => undefined)) as { sha256?: string; bytes?: number; message?: string };
+  if (response.status === 404) return null;
+  if (!response.ok || typeof json?.bytes !== "number")
+    throw new SandboxUnavailable(json?.message ?? `The sandbox host answered ${response.status}.`, response.status);
+  return { sha256, bytes: json.bytes };
+}
+
+/**
  * The org as the sandbox host knows it, for sharing its workers and CPU fairly: a hash, so the host
  * (which holds no key and stores nothing) never learns an org's id.
  */

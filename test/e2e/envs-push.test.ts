@@ -51,6 +51,7 @@ interface Pushed {
   id: string;
   tasks: Record<string, { index: number; sha256: string; bytes: number }>;
   uploaded: number;
+  present: number;
   map: string;
   ready: { name: string; skipped: { path: string; reason: string }[] }[];
   refused: { name: string; reason: string }[];
@@ -92,12 +93,13 @@ describe("sextant envs push", () => {
     }
   });
 
-  it("pushes the same archives again for the same files, with the map unchanged but for the set's id", async () => {
+  it("makes the same archives again for the same files, sends none of them, and keeps the map but for the set's id", async () => {
     const run = await cli(["--json", "envs", "push", set]);
     expect(run.code, run.stderr).toBe(0);
     const again = JSON.parse(run.stdout) as Pushed;
     expect(again.id).not.toBe(pushed.id);
     expect(again.tasks).toEqual(pushed.tasks);
+    expect({ uploaded: again.uploaded, present: again.present }).toEqual({ uploaded: 0, present: 25 });
   });
 
   it("prints a line per refusal and per skip in human output", async () => {

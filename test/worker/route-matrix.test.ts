@@ -105,6 +105,8 @@ const customerRoutes: Route[] = [
   { method: "POST", path: (ids) => `/v1/agents/tasks/${ids.taskId}/cancel`, tenant: true },
   { method: "GET", path: (ids) => `/v1/agents/tasks/${ids.taskId}/diff`, tenant: true },
   { method: "PUT", path: () => `/v1/envs/archives/${"0".repeat(64)}` },
+  // The victim's set names this archive: another org learns nothing of whether the host holds it.
+  { method: "GET", path: () => `/v1/envs/archives/${"0".repeat(64)}`, tenant: true },
   {
     method: "POST",
     path: () => "/v1/envs/tasksets",

@@ -4,7 +4,7 @@
  * model drives the production agent's tools on one task step by step and asks for its reward. A
  * session is an `AgentTask` object of kind `env`; D1 records only which org owns it.
  */
-import { and, eq } from "drizzle-orm";
+import { and, eq, sql } from "drizzle-orm";
 import { Hono, type Context } from "hono";
 import {
   ArchiveSha256,
@@ -21,7 +21,7 @@ import {
 } from "../../protocol/envs/api.js";
 import { newId } from "../../protocol/ids.js";
 import type { TaskResult } from "../../durable-objects/agent-task/result.js";
-import { putArchive, sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
+import { archiveInfo, putArchive, sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
 import type { AppEnv } from "../app-env.js";
 import { reserveAgentQuota } from "../agents/quota.js";
 import { database } from "../db/client.js";
@@ -85,6 +85,31 @@ function archiveHost(c: Context<AppEnv>) {
 export const envs = new Hono<AppEnv>()
   .use(requireApiKey)
   .use(limit("index"))
+  .get("/archives/:sha256", async (c) => {
+    const sha = ArchiveSha256.safeParse(c.req.param("sha256"));
+    if (!sha.success)
+      throw new ApiError("invalid_request", "The archive's name is its SHA-256: 64 lowercase hex digits.");
+    const missing = () => new ApiError("not_found", `No archive ${sha.data} for your org: send it with PUT.`);
+    // The host's cache is shared by every org, so whether it holds a hash is asked only for a hash
+    // already in one of the caller's task sets: another org's archive is not found without the host
+    // being asked, and an archive the org named that the host has since evicted is not found either.
+    const [named] = await database(c.env.DB)
+      .select({ id: taskSets.id })
+      .from(taskSets)
+      .where(
+        and(
+          eq(taskSets.orgId, c.get("principal").org.id),
+          sql`instr(${taskSets.manifest}, ${`"sha256":"${sha.data}"`}) > 0`,
+        ),
+      )
+      .limit(1);
+    if (!named) throw missing();
+    const held = await archiveInfo(archiveHost(c), sha.data).catch((err: Error) => {
+      throw new ApiError("unavailable", err.message, { headers: { "Retry-After": "5" } });
+    });
+    if (!held) throw missing();
+    return c.json(held);
+  })
   .put("/archives/:sha256", async (c) => {
     const sha = ArchiveSha256.safeParse(c.req.param("sha256"));
     if (!sha.success)
