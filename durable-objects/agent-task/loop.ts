@@ -8,7 +8,6 @@
 import type { AgentCaller, AgentModelGateway } from "../../protocol/agents/gateway.js";
 import type { EndReason, EventType } from "../../protocol/agents/task.js";
 import { NOT_INDEXED } from "../../protocol/agents/tools.js";
-import { captureOptions } from "../../protocol/envs/capture.js";
 import { withDeadline } from "../../protocol/sleep.js";
 import { keepCall } from "./capture.js";
 import type { SandboxClient } from "./sandbox-client.js";
@@ -17,11 +16,11 @@ import { seal, unseal } from "./seal.js";
 import type { TaskState, TaskStore } from "./store.js";
 import {
   budgetStop,
-  chatRequest,
   checkCall,
   modelErrorMessage,
   parseAnswer,
   promptTokens,
+  turnCall,
   type ChatMessage,
   type ParsedAnswer,
 } from "./turn.js";
@@ -227,19 +226,13 @@ async function ask(host: LoopHost, initial: TaskState, key: CryptoKey): Promise<
   const startedAt = new Date().toISOString();
   host.store.saveState(state);
   const deadline = Date.parse(state.startedAt!) + state.limits.wallSeconds * 1000;
-  // A rollout's calls are captured for training: the gateway seals and sends each answer with the
-  // log-probabilities and token ids asked of the backend here. An agent task's never ask for them.
-  const caller: AgentCaller = { taskId: state.id, orgId: state.orgId, keyId: state.keyId };
-  let request: Record<string, unknown> = chatRequest(state, messages, prompt);
-  if (state.kind === "rollout" && state.startedAt) {
-    caller.capture = {
-      rolloutId: state.id,
-      runId: state.env?.parent?.runId ?? null,
-      turn,
-      startedAt: Date.parse(state.startedAt),
-    };
-    request = captureOptions(request);
-  }
+  const { request, capture } = turnCall(state, messages, prompt, turn);
+  const caller: AgentCaller = {
+    taskId: state.id,
+    orgId: state.orgId,
+    keyId: state.keyId,
+    ...(capture ? { capture } : {}),
+  };
   const asked = Date.now();
   const answer = await withDeadline(host.gateway.chat(caller, request), deadline);
   const current = host.mustState();

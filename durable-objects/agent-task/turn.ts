@@ -4,6 +4,7 @@
  */
 import { openAiTools, toolNamed } from "../../protocol/agents/tools.js";
 import type { EndReason } from "../../protocol/agents/task.js";
+import { captureOptions, type CaptureTag } from "../../protocol/envs/capture.js";
 import type { TaskState } from "./store.js";
 
 export const SYSTEM_PROMPT = [
@@ -86,6 +87,27 @@ export function chatRequest(state: TaskState, messages: readonly ChatMessage[], 
     ...(sampling?.seed !== undefined ? { seed: sampling.seed } : {}),
     stream: false,
   };
+}
+
+/**
+ * A turn's gateway call: a rollout's is tagged for capture (its answer becomes its `rollout_steps`
+ * row) and asks the backend for log-probabilities and token ids; an agent task's never asks for them.
+ */
+export function turnCall(
+  state: TaskState,
+  messages: readonly ChatMessage[],
+  prompt: number,
+  turn: number,
+): { request: Record<string, unknown>; capture?: CaptureTag } {
+  const request = chatRequest(state, messages, prompt);
+  if (state.kind !== "rollout" || !state.startedAt) return { request };
+  const capture = {
+    rolloutId: state.id,
+    runId: state.env?.parent?.runId ?? null,
+    turn,
+    startedAt: Date.parse(state.startedAt),
+  };
+  return { request: captureOptions(request), capture };
 }
 
 export interface ParsedAnswer {

@@ -10,6 +10,7 @@ import {
   modelErrorMessage,
   parseAnswer,
   promptTokens,
+  turnCall,
   type ChatMessage,
 } from "../../durable-objects/agent-task/turn.js";
 import { TaskLimits } from "../../protocol/agents/task.js";
@@ -167,6 +168,25 @@ describe("budgets before a turn", () => {
       "query",
       "topK",
     ]);
+  });
+});
+
+describe("a turn's gateway call", () => {
+  const env = { taskSetId: "tset_x", taskIndex: 2, sha256: "a".repeat(64), idleSeconds: 600, lastSeenAt: 0 };
+  const captureFields = ["logprobs", "return_tokens_as_token_ids", "return_token_ids"];
+  it("never asks an agent task's backend for log-probabilities or token ids, nor tags it for capture", () => {
+    const call = turnCall(state(), [{ role: "user", content: "hi" }], 3000, 1);
+    expect(call.capture).toBeUndefined();
+    for (const field of captureFields) expect(call.request).not.toHaveProperty(field);
+    // A session's turns are its client's: never called through the gateway, never captured here.
+    expect(turnCall(state({ kind: "env", env }), [], 3000, 1).capture).toBeUndefined();
+  });
+  it("asks a rollout's backend for them and tags the call with the rollout, its run, the turn and its start", () => {
+    const rollout = state({ kind: "rollout", env: { ...env, parent: { runId: "run_x", member: 3 } } });
+    const call = turnCall(rollout, [{ role: "user", content: "hi" }], 3000, 4);
+    expect(call.capture).toEqual({ rolloutId: "task_x", runId: "run_x", turn: 4, startedAt: 1_000_000 });
+    for (const field of captureFields) expect(call.request[field]).toBe(true);
+    expect(call.request.messages).toEqual(chatRequest(rollout, [{ role: "user", content: "hi" }], 3000).messages);
   });
 });
 
