@@ -4,7 +4,7 @@
  * maps each task's name (its path under the set) to its index in the set and its archive's hash.
  * Task names never leave this machine: the edge knows tasks by index and hash only.
  */
-import { readdir, rename, writeFile } from "node:fs/promises";
+import { mkdir, readdir, rename, writeFile } from "node:fs/promises";
 import { basename, join, relative, sep } from "node:path";
 import type { ManifestSettings } from "../../protocol/envs/api.js";
 import type { TaskSettings } from "../../protocol/envs/harbor.js";
@@ -122,6 +122,18 @@ export async function checkTaskSet(root: string, onTask?: (name: string) => void
   return out;
 }
 
+/** The tasks as they pass, each archive written to `<dir>/<sha256>.tar.gz` first (for the user to publish). */
+async function* writtenTo(dir: string, tasks: AsyncIterable<TaskToPush>): AsyncGenerator<TaskToPush> {
+  await mkdir(dir, { recursive: true });
+  for await (const task of tasks) {
+    const path = join(dir, `${task.sha256}.tar.gz`);
+    const partial = `${path}.${process.pid}.tmp`;
+    await writeFile(partial, task.archive);
+    await rename(partial, path);
+    yield task;
+  }
+}
+
 /** Nothing to push: no task directories, or every one refused (named in `checked`). */
 export class NoTasksError extends SextantError {
   override name = "NoTasksError";
@@ -161,14 +173,15 @@ export async function pushTaskSet(
   envs: Envs,
   root: string,
   baseUrl: string,
-  options: PushOptions & { onTask?: (name: string) => void } = {},
+  options: PushOptions & { onTask?: (name: string) => void; outDir?: string } = {},
 ): Promise<PushResult> {
-  const { onTask, ...pushOptions } = options;
+  const { onTask, outDir, ...pushOptions } = options;
   if ((await findTaskDirs(root)).length === 0) throw new NoTasksError(root, { ready: [], refused: [] });
   const checked: CheckedSet = { ready: [], refused: [] };
+  const tasks = checkedTasks(root, checked, onTask);
   let pushed;
   try {
-    pushed = await envs.pushTaskSet(checkedTasks(root, checked, onTask), pushOptions);
+    pushed = await envs.pushTaskSet(outDir === undefined ? tasks : writtenTo(outDir, tasks), pushOptions);
   } catch (err) {
     if (checked.ready.length === 0) throw new NoTasksError(root, checked);
     throw err;

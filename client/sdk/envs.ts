@@ -6,8 +6,10 @@
  */
 import { z } from "zod";
 import { CreatedTaskSet, StoredArchive, TaskSet, type CreateTaskSetRequest } from "../../protocol/envs/api.js";
+import { publishedArchiveUrl } from "../../protocol/envs/archive-url.js";
 import { NotFoundError, SextantError } from "./errors.js";
 import type { HttpClient } from "./http.js";
+import { EnvSessions } from "./env-sessions.js";
 import { Rollouts } from "./rollouts.js";
 
 export type { CreateTaskSetRequest };
@@ -33,6 +35,11 @@ export interface PushedTaskSet extends CreatedTaskSetInfo {
 }
 
 export interface PushOptions extends PerRequest {
+  /**
+   * Send no archive: the set names each task's archive at `<base>/<sha256>.tar.gz`, a public
+   * location the caller publishes it at, which the edge fetches from when a sandbox host lacks it.
+   */
+  archiveBaseUrl?: string;
   /** Called once per distinct archive, after it is known to be on the host. */
   onArchive?: (event: { sha256: string; uploaded: boolean; done: number }) => void;
 }
@@ -50,9 +57,12 @@ const archivePath = (sha256: string) => `/v1/envs/archives/${encodeURIComponent(
 export class Envs {
   /** Rollout runs: `run` starts one and yields its events; `events` resumes one; `get` reads one. */
   readonly rollouts: Rollouts;
+  /** Sessions: `create` one on a task, then step it, verify it and close it. */
+  readonly sessions: EnvSessions;
 
   constructor(private readonly http: HttpClient) {
     this.rollouts = new Rollouts(http);
+    this.sessions = new EnvSessions(http);
   }
 
   /** The archive as the sandbox host holds it, or null when it holds none by that hash. */
@@ -101,7 +111,7 @@ export class Envs {
     tasks: Iterable<TaskToPush> | AsyncIterable<TaskToPush>,
     opts: PushOptions = {},
   ): Promise<PushedTaskSet> {
-    const { onArchive, ...perRequest } = opts;
+    const { onArchive, archiveBaseUrl, ...perRequest } = opts;
     const manifest: CreateTaskSetRequest["tasks"] = [];
     const uploaded: string[] = [];
     const present: string[] = [];
@@ -110,9 +120,10 @@ export class Envs {
       manifest.push({
         sha256: task.sha256,
         bytes: task.archive.byteLength,
+        ...(archiveBaseUrl !== undefined ? { url: publishedArchiveUrl(archiveBaseUrl, task.sha256) } : {}),
         ...(task.settings ? { settings: task.settings } : {}),
       });
-      if (seen.has(task.sha256)) continue;
+      if (seen.has(task.sha256) || archiveBaseUrl !== undefined) continue;
       seen.add(task.sha256);
       const held = await this.archive(task.sha256, perRequest);
       if (held) present.push(task.sha256);

@@ -85,6 +85,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
       setKey: (key) => (this.key = key),
       tenant: tenantTag,
       runs: () => env.ENV_RUN,
+      archiveOrigins: () => allowedArchiveOrigins(env),
       lake: () => (env.DB && env.RECORDS ? { db: env.DB, records: env.RECORDS } : undefined),
     };
     this.envTasks = new EnvTasks(this.envHost);

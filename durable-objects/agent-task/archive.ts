@@ -155,11 +155,19 @@ async function readAll(body: ReadableStream<Uint8Array>, size: number): Promise<
  * edge must not reach. A URL refused at any hop is an ArchiveError; anything else that fails (the
  * network, a 5xx) is thrown as it is, to be tried again.
  */
-async function fetchArchive(url: string, allowedOrigins: readonly string[]): Promise<Response> {
+export async function fetchArchive(
+  url: string,
+  allowedOrigins: readonly string[],
+  signal?: AbortSignal,
+): Promise<Response> {
   let at = new URL(url);
   for (let hop = 0; ; hop++) {
     if (archiveUrlRefusal(at, allowedOrigins)) throw new ArchiveError(UNUSABLE_ARCHIVE);
-    const response = await fetch(at, { redirect: "manual", headers: { "User-Agent": "sextant-agent-tasks" } });
+    const response = await fetch(at, {
+      redirect: "manual",
+      headers: { "User-Agent": "sextant-agent-tasks" },
+      ...(signal ? { signal } : {}),
+    });
     const location = response.headers.get("Location");
     if (response.status < 300 || response.status >= 400 || location === null) return response;
     await response.body?.cancel();

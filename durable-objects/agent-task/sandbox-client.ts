@@ -112,6 +112,17 @@ export class SandboxClient {
     return SandboxInfo.parse(await this.request("POST", "", { ...request, id: this.id }));
   }
 
+  /** Sends a task archive to this sandbox's host (`putArchive`), which checks its hash and task. */
+  putArchive(sha256: string, archive: Uint8Array): Promise<{ status: number; body: unknown }> {
+    const body = new ReadableStream<Uint8Array>({
+      start(out) {
+        out.enqueue(archive);
+        out.close();
+      },
+    });
+    return putArchive(this.host, sha256, body, archive.byteLength);
+  }
+
   async info(): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request("GET", `/${this.id}`));
   }

@@ -18,6 +18,7 @@ import type { CaptureBindings } from "./capture.js";
 import { recordTurn, runRecordedCalls, type LoopHost } from "./loop.js";
 import { TaskNotReady } from "./result.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
+import { supplyArchive } from "./task-archive-source.js";
 import { importDataKey, seal, unseal } from "./seal.js";
 import type { Sampling, TaskState } from "./store.js";
 import { budgetStop, SYSTEM_PROMPT, type ChatMessage, type ModelToolCall } from "./turn.js";
@@ -32,6 +33,8 @@ export interface CreateEnvTask {
   taskIndex: number;
   /** The task's archive, which the sandbox host must hold (`PUT /v1/archives/{sha256}`). */
   sha256: string;
+  /** Where the archive is published: fetched and sent to the host when it does not hold it. */
+  archiveUrl?: string | undefined;
   seed?: number | undefined;
   limits: Partial<TaskLimits>;
   /** A session: seconds without a request before it ends itself (600 when absent). */
@@ -47,6 +50,8 @@ export interface SessionHost extends LoopHost {
   setKey(key: CryptoKey): void;
   tenant(orgId: string): Promise<string>;
   runs(): EnvRunNamespace | undefined;
+  /** Origins an archive URL may name though not public (`ALLOW_PRIVATE_ARCHIVE_ORIGINS`). */
+  archiveOrigins(): readonly string[];
   /** Where a rollout's captured rows go (absent where the lake is not deployed). */
   lake(): CaptureBindings | undefined;
 }
@@ -107,19 +112,26 @@ export class EnvTasks {
     const limits = TaskLimits.parse(input.limits);
     const idleSeconds = input.idleSeconds ?? DEFAULT_IDLE_SECONDS;
     const sandbox = this.host.sandbox(input.id);
+    const request = {
+      limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
+      idleTtlSeconds: Math.min(
+        86_400,
+        input.kind === "env" ? idleSeconds + HOST_IDLE_MARGIN_SECONDS : limits.wallSeconds + 3600,
+      ),
+      tenant: await this.host.tenant(input.orgId),
+      task: { archive: input.sha256 },
+    };
+    const lacksArchive = (err: unknown) => err instanceof SandboxUnavailable && err.status === 404;
     let info;
     try {
-      info = await sandbox.create({
-        limits: SandboxLimits.parse({ cpuSeconds: Math.min(3600, limits.sandboxSeconds) }),
-        idleTtlSeconds: Math.min(
-          86_400,
-          input.kind === "env" ? idleSeconds + HOST_IDLE_MARGIN_SECONDS : limits.wallSeconds + 3600,
-        ),
-        tenant: await this.host.tenant(input.orgId),
-        task: { archive: input.sha256 },
+      info = await sandbox.create(request).catch(async (err: unknown) => {
+        if (!lacksArchive(err) || !input.archiveUrl) throw err;
+        // The host lacks the archive and the set says where it is published: it is fetched, checked and sent.
+        await supplyArchive(sandbox, input.sha256, input.archiveUrl, this.host.archiveOrigins());
+        return sandbox.create(request);
       });
     } catch (err) {
-      if (err instanceof SandboxUnavailable && err.status === 404)
+      if (lacksArchive(err))
         throw new TaskNotReady(
           `The sandbox host does not hold archive ${input.sha256}: send it with PUT /v1/envs/archives/${input.sha256}, then try again.`,
         );

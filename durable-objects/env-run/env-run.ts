@@ -44,6 +44,8 @@ export interface CreateRun {
   keyId: string;
   taskset: string;
   tasks: RunTask[];
+  /** Each task's published archive URL (null where none), fetched by a member whose host lacks it. */
+  archiveUrls?: (string | null)[];
   policy: Policy;
   groupSize: number;
   sampling: Sampling;
@@ -225,6 +227,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
           taskSetId: state.taskset,
           taskIndex: task.index,
           sha256: task.sha256,
+          archiveUrl: state.archiveUrls?.[member.grp] ?? undefined,
           seed: member.seed,
           limits: state.limits,
           model: state.policy.model,

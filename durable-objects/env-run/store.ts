@@ -15,6 +15,8 @@ export interface RunState {
   keyId: string;
   taskset: string;
   tasks: RunTask[];
+  /** Each task's published archive URL (null where none): a public location, as the task set keeps it. */
+  archiveUrls?: (string | null)[];
   policy: Policy;
   groupSize: number;
   sampling: Sampling;

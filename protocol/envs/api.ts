@@ -32,7 +32,11 @@ export type ManifestSettings = z.infer<typeof ManifestSettings>;
 export const TaskSetTask = z.strictObject({
   sha256: ArchiveSha256,
   bytes: z.number().int().min(1).max(MAX_ARCHIVE_BYTES),
-  /** Where the archive can be fetched again: accepted, and not stored (it can name a private bucket). */
+  /**
+   * Where the task object fetches the archive when a session's or rollout's sandbox host lacks it:
+   * https to a public host (`taskArchiveUrlRefusal`). The manifest keeps it as given, in the clear,
+   * as the public location the client chose to publish the archive at.
+   */
   url: z.url().max(2048).optional(),
   /** The task's settings as `harbor.ts` read them: the manifest keeps `ManifestSettings` of them. */
   settings: TaskSettings.partial().default({}),
@@ -49,6 +53,8 @@ export const TaskSet = z.object({
       index: z.number().int(),
       sha256: ArchiveSha256,
       bytes: z.number().int(),
+      /** The archive's public location, when the set was pushed with one. */
+      url: z.string().optional(),
       settings: ManifestSettings,
     }),
   ),

@@ -65,18 +65,21 @@ async function runTasks(c: Context<AppEnv>, tasksetId: string, wanted: (number |
     .where(and(eq(taskSets.id, tasksetId), eq(taskSets.orgId, c.get("principal").org.id)))
     .limit(1);
   if (!row) throw new ApiError("not_found", `No task set \`${tasksetId}\` in your org.`);
-  const manifest = JSON.parse(row.manifest) as { sha256: string }[];
+  const manifest = JSON.parse(row.manifest) as { sha256: string; url?: string }[];
   const tasks: RunTask[] = [];
+  const archiveUrls: (string | null)[] = [];
   const missing: string[] = [];
   for (const ref of wanted ?? manifest.map((_, i) => i)) {
     const index = typeof ref === "number" ? ref : manifest.findIndex((t) => t.sha256 === ref);
     const task = manifest[index];
-    if (task) tasks.push({ index, sha256: task.sha256 });
-    else missing.push(JSON.stringify(ref));
+    if (task) {
+      tasks.push({ index, sha256: task.sha256 });
+      archiveUrls.push(task.url ?? null);
+    } else missing.push(JSON.stringify(ref));
   }
   if (missing.length)
     throw new ApiError("not_found", `Task set \`${tasksetId}\` has no task ${missing.slice(0, 5).join(", ")}.`);
-  return tasks;
+  return { tasks, archiveUrls };
 }
 
 /** Where an event stream resumes: `Last-Event-ID` (what EventSource sends on reconnect), else `?after=`. */
@@ -127,7 +130,7 @@ export const envRollouts = new Hono<AppEnv>()
     const settings = RunSettings.safeParse(c.env);
     if (!settings.success)
       throw new ConfigError(`Invalid agent settings: ${settings.error.issues.map((i) => i.message).join("; ")}`);
-    const tasks = await runTasks(c, body.taskset, body.tasks);
+    const { tasks, archiveUrls } = await runTasks(c, body.taskset, body.tasks);
     const host = sandboxHost(c.env, "rollouts");
     if (typeof host === "string") throw new ApiError("unavailable", host);
     // Before anything is made: a policy the gateway does not serve would fail every member's first turn.
@@ -145,6 +148,7 @@ export const envRollouts = new Hono<AppEnv>()
       keyId: key.id,
       taskset: body.taskset,
       tasks,
+      archiveUrls,
       policy: body.policy,
       groupSize: body.group_size,
       sampling: body.sampling,

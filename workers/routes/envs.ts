@@ -19,7 +19,9 @@ import {
   type TaskSet,
   type VerifyResponse,
 } from "../../protocol/envs/api.js";
+import { taskArchiveUrlRefusal } from "../../protocol/envs/archive-url.js";
 import { newId } from "../../protocol/ids.js";
+import { allowedArchiveOrigins } from "../../durable-objects/agent-task/archive.js";
 import type { TaskResult } from "../../durable-objects/agent-task/result.js";
 import { archiveInfo, putArchive, sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
 import type { AppEnv } from "../app-env.js";
@@ -48,6 +50,8 @@ async function ownSession(c: Context<AppEnv>) {
 interface ManifestEntry {
   sha256: string;
   bytes: number;
+  /** The archive's public location, as the client chose it (`taskArchiveUrlRefusal`). */
+  url?: string;
   settings: ManifestSettings;
 }
 
@@ -70,12 +74,15 @@ function settled<T>(result: TaskResult<T>): T {
   );
 }
 
-/** The sandbox host an edge sends archives and sessions to, or a 503 saying why there is none. */
+const containers = (c: Context<AppEnv>) => (c.env as { SANDBOX_HOSTS?: string }).SANDBOX_HOSTS === "containers";
+
+/** The sandbox host an edge sends archives to, or a 503 saying why there is none. */
 function archiveHost(c: Context<AppEnv>) {
-  if ((c.env as { SANDBOX_HOSTS?: string }).SANDBOX_HOSTS === "containers")
+  if (containers(c))
     throw new ApiError(
       "unavailable",
-      "Environments need a sandbox host at SANDBOX_URL: with a container per task, an archive has no host to go to.",
+      "This edge runs a container per session, with no shared sandbox host to send archives to: " +
+        "push the task set with archive URLs (`sextant envs push --archive-base-url`) and each session's container fetches its task.",
     );
   const host = sandboxHost(c.env, "archives");
   if (typeof host === "string") throw new ApiError("unavailable", host);
@@ -136,10 +143,16 @@ export const envs = new Hono<AppEnv>()
     const body = await jsonBody(c, CreateTaskSetRequest);
     const { org, user } = c.get("principal");
     const id = newId("tset");
-    // The URL is not kept: it can name a private bucket, and the edge never fetches archives itself.
+    const origins = allowedArchiveOrigins(c.env);
+    body.tasks.forEach((t, index) => {
+      const refusal = t.url === undefined ? undefined : taskArchiveUrlRefusal(t.url, origins);
+      if (refusal) throw new ApiError("invalid_request", `Task ${index}'s archive URL ${refusal}.`);
+    });
+    // A URL is kept in the clear: it is where the client published the archive, a public location.
     const manifest: ManifestEntry[] = body.tasks.map((t) => ({
       sha256: t.sha256,
       bytes: t.bytes,
+      ...(t.url !== undefined ? { url: t.url } : {}),
       settings: t.settings,
     }));
     await database(c.env.DB)
@@ -161,9 +174,16 @@ export const envs = new Hono<AppEnv>()
     const taskIndex = typeof body.task === "number" ? body.task : set.manifest.findIndex((t) => t.sha256 === body.task);
     const task = set.manifest[taskIndex];
     if (!task) throw new ApiError("not_found", `Task set \`${set.id}\` has no task ${JSON.stringify(body.task)}.`);
-    archiveHost(c);
+    if (containers(c) && !task.url)
+      throw new ApiError(
+        "conflict",
+        `This edge runs a container per session, which fetches its task from the archive's URL, and task ${taskIndex} of \`${set.id}\` has none: ` +
+          "push the set with `sextant envs push --archive-base-url`.",
+      );
     const { org, user, key } = c.get("principal");
     const id = newId("sess");
+    const host = sandboxHost(c.env, id);
+    if (typeof host === "string") throw new ApiError("unavailable", host);
     const { idleSeconds, ...limits } = body.limits;
     const quota = await reserveAgentQuota(c, id, limits);
     await database(c.env.DB)
@@ -179,6 +199,7 @@ export const envs = new Hono<AppEnv>()
         taskSetId: set.id,
         taskIndex,
         sha256: task.sha256,
+        archiveUrl: task.url,
         seed: body.seed,
         limits,
         idleSeconds,

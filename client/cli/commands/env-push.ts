@@ -48,7 +48,18 @@ export function envPush(program: Command): void {
     )
     .argument("<dir>", "a task set (a directory of task directories) or one task directory")
     .option("--dry-run", "check and pack every task, and upload nothing")
-    .action(async (dir: string, opts: { dryRun?: boolean }, cmd: Command) => {
+    .option(
+      "--archive-base-url <url>",
+      "upload no archive: the set names each task's archive at <url>/<sha256>.tar.gz (https, a public " +
+        "location you publish the archives at; the edge fetches a task's archive from there when a sandbox " +
+        "host lacks it, and refuses the task if the bytes there are not the archive's)",
+    )
+    .option(
+      "--out <dir>",
+      "write each task's archive to <dir>/<sha256>.tar.gz, for you to publish at --archive-base-url " +
+        "(before any session or rollout runs on the set)",
+    )
+    .action(async (dir: string, opts: { dryRun?: boolean; archiveBaseUrl?: string; out?: string }, cmd: Command) => {
       const root = resolve(dir);
       let isDir = false;
       try {
@@ -57,6 +68,10 @@ export function envPush(program: Command): void {
         // Reported below, as for a file.
       }
       if (!isDir) throw new UsageError(`${dir} is not a directory.`);
+      const base = opts.archiveBaseUrl;
+      if (base !== undefined && (!URL.canParse(base) || !/^https?:$/.test(new URL(base).protocol)))
+        throw new UsageError(`--archive-base-url must be an https URL, not ${JSON.stringify(base)}.`);
+      const outDir = opts.out === undefined ? undefined : resolve(opts.out);
       const json = Boolean(globals(cmd).json);
       const bar = progress(!json);
       let seen = 0;
@@ -78,7 +93,11 @@ export function envPush(program: Command): void {
       const { sextant, resolved } = await client(globals(cmd));
       let result;
       try {
-        result = await pushTaskSet(sextant.envs, root, resolved.baseURL, { onTask });
+        result = await pushTaskSet(sextant.envs, root, resolved.baseURL, {
+          onTask,
+          ...(base !== undefined ? { archiveBaseUrl: base } : {}),
+          ...(outDir !== undefined ? { outDir } : {}),
+        });
       } catch (err) {
         bar.stop();
         if (err instanceof NoTasksError && !json) printChecked(err.checked);
@@ -92,15 +111,21 @@ export function envPush(program: Command): void {
           uploaded: result.uploaded.length,
           present: result.present.length,
           map: result.mapPath,
+          ...(base !== undefined ? { archiveBaseUrl: base } : {}),
+          ...(outDir !== undefined ? { out: outDir } : {}),
           ...jsonChecked(result.checked),
         });
       printChecked(result.checked);
       const { ready, refused } = result.checked;
+      const sent =
+        base !== undefined
+          ? `archives named at ${base}/<sha256>.tar.gz, none sent`
+          : `${plural(result.uploaded.length, "archive")} sent, ${result.present.length} already on the host`;
       line(
-        `Pushed task set ${result.map.id}: ${plural(ready.length, "task")} ` +
-          `(${plural(result.uploaded.length, "archive")} sent, ${result.present.length} already on the host)` +
+        `Pushed task set ${result.map.id}: ${plural(ready.length, "task")} (${sent})` +
           `${refused.length ? `; ${refused.length} refused` : ""}.`,
       );
+      if (outDir !== undefined) line(`Archives to publish: ${outDir}`);
       line(`Task names, indexes and hashes: ${result.mapPath}`);
     });
 }
