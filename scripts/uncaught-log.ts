@@ -41,6 +41,12 @@ export const RULES = {
    * does not explain. So does a `waitUntil` promise or an alarm of the object that rejects.
    */
   "rpc-throw": "an exception a Durable Object's RPC method threw to its caller, traced by workerd where it was thrown",
+  /**
+   * workerd's trace of `ctx.abort()` in an object's `restart()` (the operator's restart, which tests
+   * use to evict an object): `exception = …: failed: broken.outputGateBroken; jsg.Error: restarted by
+   * an operator`, the reason those methods give and nothing else does.
+   */
+  "operator-restart": "an object restarted on purpose (ctx.abort with the operator's reason), traced by workerd",
 } as const;
 
 export type RuleName = keyof typeof RULES;
@@ -64,6 +70,8 @@ const REFUSED = /exception = kj\/async-io-unix\.c\+\+:\d+: disconnected: connect
 const LOST_PROMISE =
   /uncaught exception; source = Uncaught \(in promise\); stack = Error: Network connection lost\.\s*$/;
 const LOST_CONTEXT = /uncaught exception; exception = \S+: disconnected: jsg\.Error: Network connection lost\.\s*$/;
+const RESTARTED =
+  /uncaught exception; exception = \S+: failed: broken\.outputGateBroken; jsg\.Error: restarted by an operator\s*$/;
 const THROWN = /uncaught exception; source = Uncaught(?: \(in promise\))?; stack = /;
 const RPC_ENTRY =
   /^\s+at (?:async )?DurableObject\.fn \(\S*@cloudflare\/vitest-pool-workers\/dist\/worker\/lib\/cloudflare\/test-internal\.mjs:\d+:\d+\)$/;
@@ -82,6 +90,7 @@ export class UncaughtLedger {
   private lostContext: UncaughtLine[] = [];
   private thrown: UncaughtLine[] = [];
   private rpc = 0;
+  private restarted = 0;
   private other: UncaughtLine[] = [];
   /** A thrown exception's line, until its stack has been read. */
   private pending: { at: UncaughtLine; lastFrame: string | undefined } | undefined;
@@ -100,6 +109,7 @@ export class UncaughtLedger {
     const at = { line, text };
     if (LOST_PROMISE.test(text)) this.lostPromise.push(at);
     else if (LOST_CONTEXT.test(text)) this.lostContext.push(at);
+    else if (RESTARTED.test(text)) this.restarted++;
     else if (THROWN.test(text)) this.pending = { at, lastFrame: undefined };
     else this.other.push(at);
   }
@@ -121,7 +131,10 @@ export class UncaughtLedger {
       ...this.thrown,
       ...this.other,
     ].sort((a, b) => a.line - b.line);
-    return { explained: { "refused-connect": promises + contexts, "rpc-throw": this.rpc }, unexplained };
+    return {
+      explained: { "refused-connect": promises + contexts, "rpc-throw": this.rpc, "operator-restart": this.restarted },
+      unexplained,
+    };
   }
 }
 
@@ -171,7 +184,7 @@ export class QuietFilter {
       return out;
     }
     this.dropStack = false;
-    if (REFUSED.test(text) || LOST_PROMISE.test(text) || LOST_CONTEXT.test(text)) {
+    if (REFUSED.test(text) || LOST_PROMISE.test(text) || LOST_CONTEXT.test(text) || RESTARTED.test(text)) {
       this.dropStack = true;
       return out;
     }

@@ -76,16 +76,31 @@ describe("the uncaught exception rules", () => {
   const dir = mkdtempSync(join(tmpdir(), "sextant-uncaught-"));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+  it("explain an object restarted on purpose, and no other abort", () => {
+    const restarted =
+      "uncaught exception; exception = workerd/api/actor-state.c++:1142: failed: broken.outputGateBroken; jsg.Error: restarted by an operator";
+    const other =
+      "uncaught exception; exception = workerd/api/actor-state.c++:1142: failed: broken.outputGateBroken; jsg.Error: something else";
+    const report = explainUncaught(log([restarted, "stack: workerd@1", other]));
+    expect(report.explained["operator-restart"]).toBe(1);
+    expect(report.unexplained.map((at) => at.line)).toEqual([3]);
+    const filter = new QuietFilter();
+    expect(filter.write(`${restarted}\nstack: workerd@1\n${other}\n`) + filter.end()).toBe(`${other}\n`);
+  });
+
   it("explain a passing run's probes of closed ports and an object's refusals over RPC, and nothing is left", () => {
     const report = explainUncaught(log(ORDINARY, PROBES, RPC_THROW, REFUSED, [LOST_PROMISE], LOST_CONTEXT, PROBES));
-    expect(report).toEqual({ explained: { "refused-connect": 14, "rpc-throw": 1 }, unexplained: [] });
+    expect(report).toEqual({
+      explained: { "refused-connect": 14, "rpc-throw": 1, "operator-restart": 0 },
+      unexplained: [],
+    });
   });
 
   it("read colours and Windows line ends the same, from a file", async () => {
     const file = join(dir, "output.log");
     writeFileSync(file, [...PROBES, ...RPC_THROW].map((line) => `\x1b[90m${line}\x1b[39m`).join("\r\n"));
     expect(await explainUncaughtFile(file)).toEqual({
-      explained: { "refused-connect": 6, "rpc-throw": 1 },
+      explained: { "refused-connect": 6, "rpc-throw": 1, "operator-restart": 0 },
       unexplained: [],
     });
   });
@@ -96,7 +111,7 @@ describe("the uncaught exception rules", () => {
     expect(report.unexplained.map((at) => at.line)).toEqual(
       uncaughtLines(WAIT_UNTIL_REJECTED).map((n) => n + PROBES.length),
     );
-    expect(report.explained).toEqual({ "refused-connect": 6, "rpc-throw": 1 });
+    expect(report.explained).toEqual({ "refused-connect": 6, "rpc-throw": 1, "operator-restart": 0 });
   });
 
   it("report a fetch's rejection that escaped, beside fetches that were caught", () => {
