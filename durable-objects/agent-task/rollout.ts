@@ -16,6 +16,8 @@ import { SYSTEM_PROMPT } from "./turn.js";
 
 /** Tries at verifying an ended rollout and at telling its run. */
 const MAX_REPORT_TRIES = 12;
+/** Tries at sending an ended rollout's rows before its run is told without them. */
+const MAX_CAPTURE_TRIES = 3;
 
 export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: TaskState): Promise<void> {
   const env = state.env!;
@@ -40,8 +42,12 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       const key = await host.dataKey(state);
       if (key)
         capture = await captureRollout(lake, host.storage, state, key, await host.conversation(key), SYSTEM_PROMPT);
-    } catch {
-      if (await retry(host)) return;
+    } catch (err) {
+      console.error(
+        JSON.stringify({ level: "warn", message: "rollout rows not sent", rollout: state.id, error: String(err) }),
+      );
+      // The run's report waits on a few tries only: its reward matters more than this copy of the rows.
+      if (host.mustState().retries < MAX_CAPTURE_TRIES && (await retry(host))) return;
     }
   }
   const current = host.mustState();
