@@ -9,6 +9,7 @@ import { CreatedTaskSet, StoredArchive, TaskSet, type CreateTaskSetRequest } fro
 import { publishedArchiveUrl } from "../../protocol/envs/archive-url.js";
 import { NotFoundError, SextantError } from "./errors.js";
 import type { HttpClient } from "./http.js";
+import { EnvSessions } from "./env-sessions.js";
 import { Rollouts } from "./rollouts.js";
 
 export type { CreateTaskSetRequest };
@@ -56,9 +57,12 @@ const archivePath = (sha256: string) => `/v1/envs/archives/${encodeURIComponent(
 export class Envs {
   /** Rollout runs: `run` starts one and yields its events; `events` resumes one; `get` reads one. */
   readonly rollouts: Rollouts;
+  /** Sessions: `create` one on a task, then step it, verify it and close it. */
+  readonly sessions: EnvSessions;
 
   constructor(private readonly http: HttpClient) {
     this.rollouts = new Rollouts(http);
+    this.sessions = new EnvSessions(http);
   }
 
   /** The archive as the sandbox host holds it, or null when it holds none by that hash. */

@@ -8,6 +8,18 @@ export {
   type StoredArchiveInfo,
   type TaskToPush,
 } from "./envs.js";
+export {
+  EnvSession,
+  EnvSessions,
+  type CreateSessionRequest,
+  type CreatedSession,
+  type SessionDiff,
+  type SessionState,
+  type StepOptions,
+  type StepResponse,
+  type StepToolCall,
+  type VerifyResponse,
+} from "./env-sessions.js";
 export { Rollouts, type RolloutStreamOptions } from "./rollouts.js";
 export { DEFAULT_BASE_URL, Sextant, SextantAdmin } from "./client.js";
 export type { ClientOptions, PerRequest, SextantAdminOptions, SextantOptions } from "./client.js";

@@ -123,10 +123,17 @@ console.log(JSON.stringify({ client: typeof sextant.workspaces, error: NotFoundE
 
     writeFileSync(
       join(project, "check.ts"),
-      `import { Sextant, type TranslatedWord } from "${manifest.name}/sdk";
+      `import { Sextant, type EnvSession, type StepResponse, type TranslatedWord } from "${manifest.name}/sdk";
 import { questionTranslations } from "${manifest.name}/sdk/node";
 export const sextant: Sextant = new Sextant({ apiKey: "${generateApiKey()}" });
 export const words: TranslatedWord[] | undefined = questionTranslations("remove the first element");
+export async function play(taskset: string): Promise<StepResponse> {
+  const session: EnvSession = await sextant.envs.sessions.create({ taskset, task: 0, limits: { turns: 4 } });
+  const step = await session.step([{ function: { name: "read_file", arguments: { path: "a" } } }]);
+  // @ts-expect-error: a session's step takes tool calls, not text.
+  await session.step("read_file");
+  return step;
+}
 // @ts-expect-error: the declarations are real types, not \`any\`: an API key is a string.
 new Sextant({ apiKey: 42 });
 `,
