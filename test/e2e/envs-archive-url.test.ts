@@ -3,7 +3,8 @@
  * test's own: `sextant envs push --archive-base-url --out` uploads nothing and names each archive
  * at `<base>/<sha256>.tar.gz`; a session on a task the host has never held fetches the archive
  * from there, checks its hash, hands it to the host and runs and scores; an archive whose bytes are
- * not the set's is refused with the reason and never reaches the host; and URLs the edge must not
+ * not the set's is refused with the reason and never reaches the host; a rollout run's members
+ * fetch theirs the same way (a tampered one ends unplayed, with the reason); and URLs the edge must not
  * fetch are refused when the set is made. The archives come from 127.0.0.1, an origin this edge
  * lets through by `ALLOW_PRIVATE_ARCHIVE_ORIGINS` (a local edge's default refuses it).
  */
@@ -13,12 +14,13 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  setAgentScripts,
   startAgentStack,
   startTestSandboxHost,
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
-import { call, envClient, taskArchive, taskFiles, type EnvClient } from "../support/env-session.js";
+import { call, envClient, MARK, taskArchive, taskFiles, type EnvClient } from "../support/env-session.js";
 import { sextantAsync } from "../support/local-edge.js";
 
 let host: SandboxHostHandle;
@@ -123,6 +125,59 @@ describe("task archives from a URL", () => {
     expect(none.status, JSON.stringify(none.json)).toBe(409);
     expect(none.json.detail).toContain("could not be fetched");
   }, 120_000);
+
+  it("plays a rollout member on a task the host never held, and ends a tampered one unplayed with the reason", async () => {
+    // The simulator's scripted agent model (a stand-in for a model server) makes the reference edit.
+    await setAgentScripts(stack.edge, [
+      {
+        name: "archive-url",
+        match: MARK,
+        turns: [
+          { toolCalls: [{ name: "edit_file", arguments: { path: "value.txt", oldText: "0", newText: "42" } }] },
+          { toolCalls: [{ name: "finish", arguments: { summary: "set it" } }] },
+        ],
+      },
+    ]);
+    const files = taskFiles();
+    files.set("environment/rollout.txt", new TextEncoder().encode("a task only this run names\n"));
+    const genuine = await taskArchive(files);
+    files.set("environment/rollout.txt", new TextEncoder().encode("another\n"));
+    const tampered = await taskArchive(files);
+    served.set(`/runs/${genuine.sha256}.tar.gz`, genuine.archive);
+    served.set(`/runs/${tampered.sha256}.tar.gz`, genuine.archive);
+    const set = await client.call("POST", "/v1/envs/tasksets", {
+      tasks: [genuine, tampered].map((t) => ({
+        sha256: t.sha256,
+        bytes: t.archive.byteLength,
+        url: `${base}/runs/${t.sha256}.tar.gz`,
+        settings: { verifierTimeoutSec: 30 },
+      })),
+    });
+    expect(set.status, JSON.stringify(set.json)).toBe(201);
+    expect(await archiveOnHost(genuine.sha256)).toBe(404);
+    const response = await fetch(`${stack.edge.baseURL}/v1/envs/rollouts`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${client.key}`, "Content-Type": "application/json" },
+      body: JSON.stringify({
+        taskset: set.json.id,
+        policy: { model: "chat-simulated" },
+        group_size: 1,
+        limits: { turns: 4, wallSeconds: 300 },
+      }),
+    });
+    expect(response.status).toBe(200);
+    const ended = (await response.text())
+      .split("\n\n")
+      .filter((block) => block.includes("event: rollout.ended"))
+      .map((block) => (JSON.parse(block.slice(block.indexOf("data: ") + 6)) as { data: Record<string, any> }).data)
+      .sort((a, b) => a.member - b.member);
+    expect(ended.map((e) => e.task.sha256)).toEqual([genuine.sha256, tampered.sha256]);
+    expect(ended[0]).toMatchObject({ reward: 1, outcome: "finished" });
+    expect(ended[1]).toMatchObject({ reward: null, outcome: "start_error" });
+    expect(ended[1]!.verifyError).toContain("does not match the task set");
+    expect(await archiveOnHost(genuine.sha256)).toBe(200);
+    expect(await archiveOnHost(tampered.sha256)).toBe(404);
+  }, 240_000);
 
   it("refuses, when the set is made, URLs the edge must not fetch or must not keep", async () => {
     const { archive, sha256 } = await taskArchive();
