@@ -1,11 +1,12 @@
 /**
  * A ten-step environment session interrupted at every step, once by stopping the whole edge while
- * the step's request is in flight and starting it again on the same state, once by restarting the
- * session's object: the client sends the same index again (as a client whose answer was lost does),
- * and every step's command, which appends its index to steps.log, ran once. The task's tests score
- * the log 1 only when it holds each index once, in order; the diff shows it too.
+ * the step is in flight (every other step, while its command runs in the sandbox) and starting it
+ * again on the same state, once by restarting the session's object: the client sends the same index
+ * again (as a client whose answer was lost does), and every step's command, which appends its index
+ * to steps.log, ran once. The task's tests score the log 1 only when it holds each index once, in
+ * order; the diff shows it too.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,7 +17,7 @@ import {
   type AgentStack,
   type SandboxHostHandle,
 } from "../support/agent-stack.js";
-import { appendStep, envClient, pushTaskSet, type EnvClient } from "../support/env-session.js";
+import { appendStep, call, envClient, pushTaskSet, type EnvClient } from "../support/env-session.js";
 import { savedLocalEdge } from "../support/local-edge.js";
 import { restartCheaply } from "../support/restart-edge.js";
 
@@ -41,10 +42,10 @@ async function open(client: EnvClient, taskset: string): Promise<string> {
 }
 
 /** Step `index` until it is answered: a request cut off by an interruption is sent again, as it was. */
-async function stepUntilAnswered(client: () => EnvClient, id: string, index: number) {
+async function stepUntilAnswered(client: () => EnvClient, id: string, index: number, step = appendStep(index)) {
   for (let attempt = 0; attempt < 20; attempt++) {
     const r = await client()
-      .call("POST", `/v1/envs/sessions/${id}/step`, appendStep(index))
+      .call("POST", `/v1/envs/sessions/${id}/step`, step)
       .catch(() => null);
     if (r?.status === 200) return r.json;
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -64,6 +65,28 @@ async function outcome(client: EnvClient, id: string) {
   return diff;
 }
 
+/** `appendStep`'s command, then a pause: the call is still running at the sandbox host while the edge stops. */
+const heldStep = (index: number) => ({
+  index,
+  tool_calls: [call(`c${index}`, "run_terminal", { command: `echo ${index} >> steps.log && sleep 2` })],
+});
+
+/** Waits until step `index`'s command has appended its index to the session's steps.log on the sandbox host. */
+async function appended(id: string, index: number): Promise<void> {
+  const log = join(host.root, id, "disk", "tree", "steps.log");
+  for (let i = 0; i < 600; i++) {
+    let text = "";
+    try {
+      text = readFileSync(log, "utf8");
+    } catch {
+      // Not written yet.
+    }
+    if (text.trimEnd().split("\n").at(-1) === String(index)) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`step ${index}'s command never ran`);
+}
+
 describe("a ten-step session interrupted at every step", () => {
   it("runs each step once when the edge stops mid-request and starts again, every step", async () => {
     const persistTo = mkdtempSync(join(tmpdir(), "sextant-state-"));
@@ -75,18 +98,23 @@ describe("a ten-step session interrupted at every step", () => {
       const set = await pushTaskSet(stack, client());
       const id = await open(client(), set.id);
       for (let index = 1; index <= STEPS; index++) {
-        // The step is sent, and the edge stopped while it may be anywhere in it.
+        // The step is sent, and the edge stopped while it may be anywhere in it; every other step, once
+        // its command has run and while it still runs: the object started again finds the call
+        // recorded and unanswered, sends it again under its call id, and must get the host's record
+        // of it, not a second run.
+        const step = heldStep(index);
         const inFlight = client()
-          .call("POST", `/v1/envs/sessions/${id}/step`, appendStep(index))
+          .call("POST", `/v1/envs/sessions/${id}/step`, step)
           .catch(() => null);
+        if (index % 2 === 0) await appended(id, index);
         await stack.edge.stop();
         await inFlight;
         stack = await startAgentStack({ host, port, persistTo, configDir });
-        const answer = await stepUntilAnswered(client, id, index);
+        const answer = await stepUntilAnswered(client, id, index, step);
         expect(answer.index).toBe(index);
         expect(JSON.parse(answer.results[0].content).exitCode).toBe(0);
         // And once more: the same index answers the same record.
-        expect(await stepUntilAnswered(client, id, index)).toEqual(answer);
+        expect(await stepUntilAnswered(client, id, index, step)).toEqual(answer);
       }
       await outcome(client(), id);
     } finally {
