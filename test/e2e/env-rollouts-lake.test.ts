@@ -10,8 +10,8 @@
  * group's advantages are GRPO's, worked here from the rewards; and no file of the edge's storage
  * holds the instructions, tool results or model messages in the clear.
  *
- * CI plays `ENVS_CAPTURE_TASKS` tasks (6 unless set, 24 rollouts, about a minute and a half on two
- * cores); `npm run test:envs-capture` plays all 25 (100 rollouts).
+ * It plays the whole set, 25 tasks (100 rollouts, at 8 at once); `ENVS_CAPTURE_TASKS=n` plays the
+ * first n, for a quicker look while working on capture.
  */
 import { readFileSync } from "node:fs";
 import { mkdtempSync } from "node:fs";
@@ -34,7 +34,7 @@ import { ROOT, savedLocalEdge } from "../support/local-edge.js";
 import { scanDirectoryFor } from "../support/storage-scan.js";
 
 const ENV_TASKS = join(ROOT, "test/fixtures/env-tasks");
-const TASKS = Number(process.env.ENVS_CAPTURE_TASKS ?? 6);
+const TASKS = Number(process.env.ENVS_CAPTURE_TASKS ?? 25);
 const GROUP = 4;
 const CONCURRENCY = 8;
 
