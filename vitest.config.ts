@@ -1,6 +1,8 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
 import { availableParallelism } from "node:os";
+import { relative } from "node:path";
 import { defineConfig, type TestProjectInlineConfiguration } from "vitest/config";
+import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
  * Every vitest project. `vitest run` (and `npm test`) runs the tests in turn by `groupOrder`: the
@@ -27,6 +29,43 @@ const BENCH_SMOKE = [
  * beside or right after the smoke runs).
  */
 const ALONE = ["test/e2e/lake.test.ts"];
+
+/**
+ * The `node` files that take a minute or more (edges stopped and started again, tasks run to their
+ * budgets), first in their project, longest first. A fresh checkout has no record of past durations,
+ * and vitest then starts the largest files first: most of these are small, so they would start last
+ * and end the project with one of them running alone.
+ */
+const LONG_FIRST = [
+  "test/e2e/envs-durability.test.ts",
+  "test/e2e/agent-durability.test.ts",
+  "test/e2e/agent-budgets.test.ts",
+  "test/e2e/agent-cli.test.ts",
+  "test/sandboxes/hostile.test.ts",
+  "test/e2e/envs-sessions.test.ts",
+];
+
+/** vitest's order (group, then project, then past durations or size), with `LONG_FIRST` moved to the front of its project. */
+class LongFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const sorted = await super.sort(files);
+    const rank = (spec: TestSpecification) => {
+      const at = LONG_FIRST.indexOf(relative(spec.project.config.root, spec.moduleId));
+      return at < 0 ? LONG_FIRST.length : at;
+    };
+    // Each project's files are together in vitest's order: reorder within each run of one project.
+    const out: TestSpecification[] = [];
+    for (let start = 0; start < sorted.length; ) {
+      let end = start;
+      while (end < sorted.length && sorted[end]!.project === sorted[start]!.project) end++;
+      const run = sorted.slice(start, end).map((spec, i) => ({ spec, i }));
+      run.sort((a, b) => rank(a.spec) - rank(b.spec) || a.i - b.i);
+      out.push(...run.map(({ spec }) => spec));
+      start = end;
+    }
+    return out;
+  }
+}
 
 // Two files at a time even on two cores (vitest's default there is one): a Worker test file's time
 // is mostly its runtime's start, and an end-to-end file's mostly waiting on the processes it starts
@@ -208,6 +247,7 @@ export default defineConfig(async () => {
   const named = namedProjects(process.argv);
   return {
     test: {
+      sequence: { sequencer: LongFirst },
       projects: [
         workerProject(await readD1Migrations("./migrations")),
         nodeProject("node", { exclude: [...BENCH_SMOKE, ...ALONE], maxWorkers: TWO_OR_MORE, groupOrder: 1 }),
