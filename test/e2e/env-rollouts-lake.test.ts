@@ -7,7 +7,7 @@
  * ids, labelled as such). The lake must hold one `rollouts` row per member and one `rollout_steps`
  * row per model call and per tool result, once each; every model call's row opens, with the org's
  * private key, to its answer with token ids and log-probabilities; DuckDB reads the Parquet; each
- * group's advantages are GRPO's, worked here from the rewards; and no file of the edge's storage
+ * group's advantages are GRPO's, worked here from the rewards; and no R2 object of the edge's
  * holds the instructions, tool results or model messages in the clear.
  *
  * It plays the whole set, 25 tasks (100 rollouts, at 8 at once); `ENVS_CAPTURE_TASKS=n` plays the
@@ -289,7 +289,7 @@ describe("a rollout run's capture", () => {
       group.forEach((r, i) => expect(Number(r.advantage)).toBeCloseTo(expected[i]!, 6));
     }
 
-    // The lake's bucket (and all of the edge's storage) holds none of the conversation in the clear.
+    // The edge's R2 (the lake's bucket among it) holds none of the conversation in the clear.
     expect(plaintext.length).toBeGreaterThan(TASKS * 2);
     expect(await scanDirectoryFor(join(stack.edge.persistTo, "v3", "r2"), plaintext)).toEqual([]);
   }, 900_000);
