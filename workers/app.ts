@@ -6,6 +6,8 @@ import { ApiError, problemResponse, thrownAsErrors, toApiError } from "./problem
 import { recordRefusal } from "./lake/refusals.js";
 import { admin } from "./routes/admin/index.js";
 import { agents } from "./routes/agents.js";
+import { envKeys } from "./routes/envs-keys.js";
+import { envRows } from "./routes/envs-rows.js";
 import { envRollouts } from "./routes/env-rollouts.js";
 import { envs } from "./routes/envs.js";
 import { errors } from "./routes/errors.js";
@@ -29,6 +31,8 @@ const app = new Hono<AppEnv>()
   .route("/v1/usage", usage)
   .route("/v1/workspaces", workspaces)
   .route("/v1/agents/tasks", agents)
+  .route("/v1/envs/keys", envKeys)
+  .route("/v1/envs/rows", envRows)
   // Before `/v1/envs`, whose key check covers every path under it: OpenEnv's client sends no header.
   .route("/v1/envs/openenv", openenv(dispatch))
   .route("/v1/envs/rollouts", envRollouts)
