@@ -13,20 +13,24 @@ import { ApiError } from "../problem.js";
 /** Seconds past its wall time that a reservation outlives a task whose object never settles it. */
 const GRACE_SECONDS = 3600;
 
-const QuotaSettings = z.object({
-  AGENT_LIMITS: z
-    .string()
-    .transform((text, ctx) => {
-      try {
-        return JSON.parse(text) as unknown;
-      } catch {
-        ctx.addIssue({ code: "custom", message: "AGENT_LIMITS is not JSON" });
-        return z.NEVER;
-      }
-    })
-    .pipe(AgentLimitsConfig)
-    .optional(),
-});
+/**
+ * The `AGENT_LIMITS` setting: JSON of per-plan agent limits that replace `AGENT_PLAN_LIMITS` for the
+ * plans it names. Every place that reserves agent quota reads it through this one schema.
+ */
+export const AgentLimitsSetting = z
+  .string()
+  .transform((text, ctx) => {
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      ctx.addIssue({ code: "custom", message: "AGENT_LIMITS is not JSON" });
+      return z.NEVER;
+    }
+  })
+  .pipe(AgentLimitsConfig)
+  .optional();
+
+const QuotaSettings = z.object({ AGENT_LIMITS: AgentLimitsSetting });
 
 /** Reserves task `id`'s sandbox seconds, or throws the 429 that says which limit the org is at. */
 export async function reserveAgentQuota(c: Context<AppEnv>, id: string, requested: Partial<TaskLimits>) {

@@ -9,7 +9,6 @@ import { stream } from "hono/streaming";
 import { z } from "zod";
 import {
   AGENT_PLAN_LIMITS,
-  AgentLimitsConfig,
   CreateTaskRequest,
   TaskLimits,
   TaskMessageRequest,
@@ -22,6 +21,7 @@ import { newId } from "../../protocol/ids.js";
 import { allowedArchiveOrigins } from "../../durable-objects/agent-task/archive.js";
 import type { TaskResult } from "../../durable-objects/agent-task/result.js";
 import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
+import { AgentLimitsSetting } from "../agents/quota.js";
 import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
@@ -44,18 +44,7 @@ const AgentSettings = z.object({
    * `npm start` sets it when it runs none (no working bubblewrap), with how to fix that.
    */
   SANDBOX_UNAVAILABLE: z.string().min(1).optional(),
-  AGENT_LIMITS: z
-    .string()
-    .transform((text, ctx) => {
-      try {
-        return JSON.parse(text) as unknown;
-      } catch {
-        ctx.addIssue({ code: "custom", message: "AGENT_LIMITS is not JSON" });
-        return z.NEVER;
-      }
-    })
-    .pipe(AgentLimitsConfig)
-    .optional(),
+  AGENT_LIMITS: AgentLimitsSetting,
 });
 
 /** Seconds a task may sit uploading before its quota reservation lapses, beyond its wall time. */
@@ -69,9 +58,7 @@ async function ownTask(c: Context<AppEnv>) {
   const [row] = await database(c.env.DB)
     .select({ id: agentTasks.id })
     .from(agentTasks)
-    .where(
-      and(eq(agentTasks.id, id), eq(agentTasks.orgId, c.get("principal").org.id), eq(agentTasks.kind, "agent")),
-    )
+    .where(and(eq(agentTasks.id, id), eq(agentTasks.orgId, c.get("principal").org.id), eq(agentTasks.kind, "agent")))
     .limit(1);
   if (!row) throw new ApiError("not_found", `No agent task \`${id}\` in your org.`);
   return stubOf(c, id);

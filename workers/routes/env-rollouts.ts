@@ -9,11 +9,12 @@ import { and, eq } from "drizzle-orm";
 import { Hono, type Context } from "hono";
 import { stream } from "hono/streaming";
 import { z } from "zod";
-import { AGENT_PLAN_LIMITS, AgentLimitsConfig } from "../../protocol/agents/task.js";
+import { AGENT_PLAN_LIMITS } from "../../protocol/agents/task.js";
 import { CreateRolloutsRequest, type RolloutEvent, type RunTask } from "../../protocol/envs/rollouts.js";
 import { newId } from "../../protocol/ids.js";
 import type { RunResult } from "../../durable-objects/env-run/env-run.js";
 import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
+import { AgentLimitsSetting } from "../agents/quota.js";
 import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
@@ -29,18 +30,7 @@ const KEEPALIVE_MS = 15_000;
 const RUN_ID = /^run_[0-9a-z]{20}$/;
 
 const RunSettings = z.object({
-  AGENT_LIMITS: z
-    .string()
-    .transform((text, ctx) => {
-      try {
-        return JSON.parse(text) as unknown;
-      } catch {
-        ctx.addIssue({ code: "custom", message: "AGENT_LIMITS is not JSON" });
-        return z.NEVER;
-      }
-    })
-    .pipe(AgentLimitsConfig)
-    .optional(),
+  AGENT_LIMITS: AgentLimitsSetting,
 });
 
 const stubOf = (c: Context<AppEnv>, id: string) => c.env.ENV_RUN.get(c.env.ENV_RUN.idFromName(id));
