@@ -2,7 +2,6 @@
  * Agent tasks (`/v1/agents/tasks`): start a coding-agent task on files you upload, follow its events,
  * steer or cancel it, and take the diff it leaves.
  */
-import { createParser, type EventSourceMessage } from "eventsource-parser";
 import { z } from "zod";
 import { DiffResponse as TaskDiff, UploadFilesResponse } from "../../protocol/agents/sandbox.js";
 import {
@@ -14,10 +13,10 @@ import {
 } from "../../protocol/agents/task.js";
 import { isErrorCode, ERROR_CODES, problemType } from "../../protocol/errors.js";
 import { listOf, Problem } from "../../protocol/schemas.js";
-import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, APIError, APITimeoutError, InvalidResponseError } from "./errors.js";
 import { sleep } from "../../protocol/sleep.js";
 import { retryDelay, toApiError, type HttpClient } from "./http.js";
+import { messages, openStream } from "./sse.js";
 
 export { TaskDiff };
 export type TaskDiffResponse = z.infer<typeof TaskDiff>;
@@ -151,7 +150,7 @@ export class Agents {
             throw new InvalidResponseError(
               `The edge answered the event stream with ${response.headers.get("Content-Type")}.`,
             );
-          for await (const message of messages(response.body!, idleMs, connection)) {
+          for await (const message of messages(response.body!, idleMs, connection, "The event stream")) {
             if (message.event === "error") {
               const error = streamError(message.data);
               if (error.status !== 503) throw error;
@@ -192,67 +191,12 @@ export class Agents {
     }
   }
 
-  async #open(id: string, last: number, connection: AbortController): Promise<Response> {
-    const { baseURL, token, timeout, defaultHeaders } = this.http.options;
-    const url = new URL(path(id, "/events").slice(1), baseURL.replace(/\/?$/, "/"));
-    const headers: Record<string, string> = {
-      Accept: "text/event-stream",
-      "User-Agent": `sextant-sdk/${VERSION}`,
-      "X-Request-Id": `sdk-${crypto.randomUUID()}`,
-      ...defaultHeaders,
-      "Last-Event-ID": String(last),
-    };
-    if (token) headers.Authorization = `Bearer ${token}`;
-    // The timeout covers the response's headers only: the stream itself may stay open for hours.
-    const timer = setTimeout(
-      () => connection.abort(new APITimeoutError(`The event stream did not answer within ${timeout} ms.`)),
-      timeout,
-    );
-    try {
-      return await this.http.options.fetch(url, { headers, signal: connection.signal });
-    } catch (err) {
-      if (connection.signal.reason instanceof APIConnectionError) throw connection.signal.reason;
-      throw new APIConnectionError(`Could not reach the Sextant edge at ${url.origin}: ${describe(err)}`, {
-        cause: err,
-      });
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-}
-
-/** SSE messages of one connection; a broken or silent connection ends it with an `APIConnectionError`. */
-async function* messages(
-  body: ReadableStream<Uint8Array>,
-  idleMs: number,
-  connection: AbortController,
-): AsyncGenerator<EventSourceMessage> {
-  const queue: EventSourceMessage[] = [];
-  const parser = createParser({ onEvent: (message) => queue.push(message) });
-  const decoder = new TextDecoder();
-  const reader = body.getReader();
-  try {
-    for (;;) {
-      // Only the wait for bytes is timed: a consumer may take as long as it likes between events.
-      const timer = setTimeout(
-        () => connection.abort(new APIConnectionError(`The event stream sent nothing for ${idleMs} ms.`)),
-        idleMs,
-      );
-      let chunk: ReadableStreamReadResult<Uint8Array>;
-      try {
-        chunk = await reader.read();
-      } catch (err) {
-        if (connection.signal.reason instanceof APIConnectionError) throw connection.signal.reason;
-        throw new APIConnectionError(`The event stream broke: ${describe(err)}`, { cause: err });
-      } finally {
-        clearTimeout(timer);
-      }
-      if (chunk.done) return;
-      parser.feed(decoder.decode(chunk.value, { stream: true }));
-      while (queue.length > 0) yield queue.shift()!;
-    }
-  } finally {
-    reader.cancel().catch(() => undefined);
+  #open(id: string, last: number, connection: AbortController): Promise<Response> {
+    return openStream(this.http, connection, {
+      path: path(id, "/events"),
+      last,
+      timeoutError: (timeout) => new APITimeoutError(`The event stream did not answer within ${timeout} ms.`),
+    });
   }
 }
 
@@ -289,9 +233,4 @@ function streamError(data: string): APIError {
     ...(parsed?.detail ? { detail: parsed.detail } : {}),
   };
   return APIError.from(status, problem, new Headers(), title);
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) return err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message;
-  return String(err);
 }

@@ -172,7 +172,8 @@ export function backoff(attempt: number): number {
   return base * (1 - Math.random() * 0.25);
 }
 
-function describe(err: unknown): string {
+/** An error's message with its cause's, for a message that says why a connection failed. */
+export function describe(err: unknown): string {
   if (err instanceof Error) {
     const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
     return `${err.message}${cause}`;

@@ -3,12 +3,11 @@
  * verified, each group given GRPO advantages. `run` starts a run and yields its events as they come,
  * reopening the run's event stream from the last event it yielded if the connection breaks.
  */
-import { createParser, type EventSourceMessage } from "eventsource-parser";
 import { RolloutEvent, RolloutRun, type CreateRolloutsRequest, type RunSummary } from "../../protocol/envs/rollouts.js";
-import { VERSION } from "../../protocol/version.js";
 import { APIConnectionError, InvalidResponseError } from "./errors.js";
 import { sleep } from "../../protocol/sleep.js";
 import { retryDelay, toApiError, type HttpClient } from "./http.js";
+import { messages, openStream } from "./sse.js";
 
 export type { CreateRolloutsRequest, RolloutEvent, RolloutRun, RunSummary };
 
@@ -99,7 +98,7 @@ export class Rollouts {
             throw new InvalidResponseError(
               `The edge answered the run's stream with ${response.headers.get("Content-Type")}.`,
             );
-          for await (const message of messages(response.body!, idleMs, connection)) {
+          for await (const message of messages(response.body!, idleMs, connection, "The run's stream")) {
             if (message.event === "error") {
               failure = new APIConnectionError(`The run's stream ended with an error: ${message.data}`);
               break;
@@ -135,78 +134,20 @@ export class Rollouts {
     }
   }
 
-  async #send(
+  #send(
     method: "GET" | "POST",
     path: string,
     connection: AbortController,
     body?: unknown,
     last?: number,
   ): Promise<Response> {
-    const { baseURL, token, timeout, defaultHeaders } = this.http.options;
-    const url = new URL(path.slice(1), baseURL.replace(/\/?$/, "/"));
-    const headers: Record<string, string> = {
-      Accept: "text/event-stream",
-      "User-Agent": `sextant-sdk/${VERSION}`,
-      "X-Request-Id": `sdk-${crypto.randomUUID()}`,
-      ...defaultHeaders,
-      ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
-      ...(last !== undefined ? { "Last-Event-ID": String(last) } : {}),
-    };
-    if (token) headers.Authorization = `Bearer ${token}`;
-    // The timeout covers the response's headers only: a run's stream may stay open for hours.
-    const timer = setTimeout(
-      () => connection.abort(new APIConnectionError(`The edge did not answer within ${timeout} ms.`)),
-      timeout,
-    );
-    try {
-      return await this.http.options.fetch(url, {
-        method,
-        headers,
-        signal: connection.signal,
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-    } catch (err) {
-      if (connection.signal.reason instanceof APIConnectionError) throw connection.signal.reason;
-      throw new APIConnectionError(`Could not reach the Sextant edge at ${url.origin}: ${describe(err)}`, {
-        cause: err,
-      });
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-}
-
-/** SSE messages of one connection; a broken or silent connection ends it with an `APIConnectionError`. */
-async function* messages(
-  body: ReadableStream<Uint8Array>,
-  idleMs: number,
-  connection: AbortController,
-): AsyncGenerator<EventSourceMessage> {
-  const queue: EventSourceMessage[] = [];
-  const parser = createParser({ onEvent: (message) => queue.push(message) });
-  const decoder = new TextDecoder();
-  const reader = body.getReader();
-  try {
-    for (;;) {
-      const timer = setTimeout(
-        () => connection.abort(new APIConnectionError(`The run's stream sent nothing for ${idleMs} ms.`)),
-        idleMs,
-      );
-      let chunk: ReadableStreamReadResult<Uint8Array>;
-      try {
-        chunk = await reader.read();
-      } catch (err) {
-        if (connection.signal.reason instanceof APIConnectionError) throw connection.signal.reason;
-        throw new APIConnectionError(`The run's stream broke: ${describe(err)}`, { cause: err });
-      } finally {
-        clearTimeout(timer);
-      }
-      if (chunk.done) return;
-      parser.feed(decoder.decode(chunk.value, { stream: true }));
-      while (queue.length > 0) yield queue.shift()!;
-    }
-  } finally {
-    reader.cancel().catch(() => undefined);
+    return openStream(this.http, connection, {
+      method,
+      path,
+      body,
+      last,
+      timeoutError: (timeout) => new APIConnectionError(`The edge did not answer within ${timeout} ms.`),
+    });
   }
 }
 
@@ -221,9 +162,4 @@ function parseEvent(data: string): RolloutEvent {
   if (!parsed.success)
     throw new InvalidResponseError(`A run's event does not match this client's protocol: ${parsed.error.message}`);
   return parsed.data;
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) return err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message;
-  return String(err);
 }
