@@ -11,17 +11,14 @@
 import { DurableObject } from "cloudflare:workers";
 import type { AgentQuota } from "../agent-quota.js";
 import type { AgentTask } from "../agent-task/agent-task.js";
-import { isTerminal, TaskLimits, type AgentOrgLimits } from "../../protocol/agents/task.js";
+import { isTerminal, TaskLimits } from "../../protocol/agents/task.js";
 import type { EnvRunCallback, RolloutEnded as MemberReport } from "../../protocol/envs/run.js";
 import {
   memberSeed,
-  type Policy,
   type RolloutEnded,
   type RolloutEvent,
   type RolloutRun,
   type RunSummary,
-  type RunTask,
-  type Sampling,
 } from "../../protocol/envs/rollouts.js";
 import type { LakeMessage } from "../../protocol/lake.js";
 import { RunCapture } from "./capture.js";
@@ -37,22 +34,8 @@ interface EnvRunEnv {
   RECORDS?: Queue<LakeMessage>;
 }
 
-export interface CreateRun {
-  id: string;
-  orgId: string;
-  userId: string;
-  keyId: string;
-  taskset: string;
-  tasks: RunTask[];
-  /** Each task's published archive URL (null where none), fetched by a member whose host lacks it. */
-  archiveUrls?: (string | null)[];
-  policy: Policy;
-  groupSize: number;
-  sampling: Sampling;
-  limits: Partial<TaskLimits>;
-  concurrency: number;
-  orgLimits: AgentOrgLimits;
-}
+/** What a run is made with: its stored state less what the object sets (status, times). */
+export type CreateRun = Omit<RunState, "status" | "createdAt" | "endedAt">;
 
 export type RunResult<T> = { ok: true; value: T } | { ok: false; code: "not_found"; message: string };
 

@@ -15,7 +15,10 @@ export interface RunState {
   keyId: string;
   taskset: string;
   tasks: RunTask[];
-  /** Each task's published archive URL (null where none): a public location, as the task set keeps it. */
+  /**
+   * Each task's published archive URL (null where none), fetched by a member whose host lacks it: a
+   * public location, as the task set keeps it.
+   */
   archiveUrls?: (string | null)[];
   policy: Policy;
   groupSize: number;
