@@ -10,12 +10,12 @@
  * and every way a fetch can come to nothing ends in one message: which way it failed (refused,
  * broken off, 404, not a tar, empty) would tell a user what listens where on the edge's network.
  */
-import { createTarDecoder } from "modern-tar";
 import { z } from "zod";
 import { archiveUrlRefusal, UNUSABLE_ARCHIVE } from "../../protocol/agents/archive-url.js";
 import type { UploadFilesRequest } from "../../protocol/agents/sandbox.js";
 import { TreePath } from "../../protocol/agents/tools.js";
 import { toBase64 } from "../../protocol/base64.js";
+import { tarEntries } from "../../protocol/tar-entries.js";
 import { ConfigError } from "../../workers/config.js";
 
 export { UNUSABLE_ARCHIVE };
@@ -209,12 +209,9 @@ export async function importArchive(
   };
   let root: string | undefined;
   let first = true;
-  const entries = (await tarStream(response.body, limits.maxArchiveBytes)).pipeThrough(createTarDecoder());
+  const entries = tarEntries(await tarStream(response.body, limits.maxArchiveBytes));
   try {
-    for await (const entry of entries as unknown as AsyncIterable<{
-      header: { name: string; size: number; type?: string; mode?: number };
-      body: ReadableStream<Uint8Array>;
-    }>) {
+    for await (const entry of entries) {
       const { header } = entry;
       const type = header.type ?? "file";
       let name = header.name.replace(/^\.\//, "");

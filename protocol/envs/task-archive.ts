@@ -9,9 +9,9 @@
  *
  * Pure (web streams only): the client, the edge and the sandbox host read archives the same way.
  */
-import { createTarDecoder } from "modern-tar";
 import { z } from "zod";
 import { TreePath } from "../agents/tools.js";
+import { tarEntries } from "../tar-entries.js";
 import { TaskRefused } from "./harbor.js";
 
 export const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, "64 lowercase hex digits (a SHA-256)");
@@ -69,15 +69,13 @@ export async function unpackTaskArchive(
   const executable = new Set<string>();
   const dirs = new Set<string>();
   let total = 0;
-  const entries = source
-    .pipeThrough(new DecompressionStream("gzip") as unknown as TransformStream<Uint8Array, Uint8Array>)
-    .pipeThrough(counted)
-    .pipeThrough(createTarDecoder());
+  const entries = tarEntries(
+    source
+      .pipeThrough(new DecompressionStream("gzip") as unknown as TransformStream<Uint8Array, Uint8Array>)
+      .pipeThrough(counted),
+  );
   try {
-    for await (const entry of entries as unknown as AsyncIterable<{
-      header: { name: string; size: number; type?: string; mode?: number };
-      body: ReadableStream<Uint8Array>;
-    }>) {
+    for await (const entry of entries) {
       const { header } = entry;
       const type = header.type ?? "file";
       const name = header.name.replace(/^(\.\/)+/, "").replace(/\/+$/, "");
