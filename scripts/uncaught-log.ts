@@ -47,6 +47,13 @@ export const RULES = {
    * an operator`, the reason those methods give and nothing else does.
    */
   "operator-restart": "an object restarted on purpose (ctx.abort with the operator's reason), traced by workerd",
+  /**
+   * workerd's trace of the lake's partition object throwing the fault a test injected on purpose
+   * (`LAKE_FAULT_EVERY`: `Error: injected lake fault: …`) to the queue consumer that called it, which
+   * retries the batch. The consumer is the Worker, not the test pool, so the stack does not end in
+   * the pool's RPC entry; the message is the injector's own and nothing else throws it.
+   */
+  "injected-fault": "a fault a test injected on purpose into the lake (LAKE_FAULT_EVERY), traced where it was thrown",
 } as const;
 
 export type RuleName = keyof typeof RULES;
@@ -72,6 +79,7 @@ const LOST_PROMISE =
 const LOST_CONTEXT = /uncaught exception; exception = \S+: disconnected: jsg\.Error: Network connection lost\.\s*$/;
 const RESTARTED =
   /uncaught exception; exception = \S+: failed: broken\.outputGateBroken; jsg\.Error: restarted by an operator\s*$/;
+const INJECTED = /uncaught exception; source = Uncaught \(in promise\); stack = Error: injected lake fault: /;
 const THROWN = /uncaught exception; source = Uncaught(?: \(in promise\))?; stack = /;
 const RPC_ENTRY =
   /^\s+at (?:async )?DurableObject\.fn \(\S*@cloudflare\/vitest-pool-workers\/dist\/worker\/lib\/cloudflare\/test-internal\.mjs:\d+:\d+\)$/;
@@ -91,6 +99,7 @@ export class UncaughtLedger {
   private thrown: UncaughtLine[] = [];
   private rpc = 0;
   private restarted = 0;
+  private injected = 0;
   private other: UncaughtLine[] = [];
   /** A thrown exception's line, until its stack has been read. */
   private pending: { at: UncaughtLine; lastFrame: string | undefined } | undefined;
@@ -118,6 +127,7 @@ export class UncaughtLedger {
     const { at, lastFrame } = this.pending!;
     this.pending = undefined;
     if (lastFrame !== undefined && RPC_ENTRY.test(lastFrame)) this.rpc++;
+    else if (INJECTED.test(at.text)) this.injected++;
     else this.thrown.push(at);
   }
 
@@ -132,7 +142,12 @@ export class UncaughtLedger {
       ...this.other,
     ].sort((a, b) => a.line - b.line);
     return {
-      explained: { "refused-connect": promises + contexts, "rpc-throw": this.rpc, "operator-restart": this.restarted },
+      explained: {
+        "refused-connect": promises + contexts,
+        "rpc-throw": this.rpc,
+        "operator-restart": this.restarted,
+        "injected-fault": this.injected,
+      },
       unexplained,
     };
   }
@@ -199,7 +214,10 @@ export class QuietFilter {
     const held = this.held;
     this.held = undefined;
     if (!held) return "";
-    if (held.lastFrame !== undefined && RPC_ENTRY.test(held.lastFrame)) {
+    if (
+      (held.lastFrame !== undefined && RPC_ENTRY.test(held.lastFrame)) ||
+      INJECTED.test(held.lines[0]!.replace(ANSI, ""))
+    ) {
       this.dropStack = true;
       return "";
     }

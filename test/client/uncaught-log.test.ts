@@ -88,10 +88,26 @@ describe("the uncaught exception rules", () => {
     expect(filter.write(`${restarted}\nstack: workerd@1\n${other}\n`) + filter.end()).toBe(`${other}\n`);
   });
 
+  it("explain a lake fault a test injected, and no other exception thrown outside the pool", () => {
+    const injected = [
+      "uncaught exception; source = Uncaught (in promise); stack = Error: injected lake fault: the file was written, not committed",
+      "    at /x/durable-objects/lake/partition.ts:131:15",
+    ];
+    const other = [
+      "uncaught exception; source = Uncaught (in promise); stack = Error: a real fault",
+      "    at /x/durable-objects/lake/partition.ts:140:15",
+    ];
+    const report = explainUncaught(log(injected, other));
+    expect(report.explained["injected-fault"]).toBe(1);
+    expect(report.unexplained.map((at) => at.line)).toEqual([3]);
+    const filter = new QuietFilter();
+    expect(filter.write(`${[...injected, ...other].join("\n")}\n`) + filter.end()).toBe(`${other.join("\n")}\n`);
+  });
+
   it("explain a passing run's probes of closed ports and an object's refusals over RPC, and nothing is left", () => {
     const report = explainUncaught(log(ORDINARY, PROBES, RPC_THROW, REFUSED, [LOST_PROMISE], LOST_CONTEXT, PROBES));
     expect(report).toEqual({
-      explained: { "refused-connect": 14, "rpc-throw": 1, "operator-restart": 0 },
+      explained: { "refused-connect": 14, "rpc-throw": 1, "operator-restart": 0, "injected-fault": 0 },
       unexplained: [],
     });
   });
@@ -100,7 +116,7 @@ describe("the uncaught exception rules", () => {
     const file = join(dir, "output.log");
     writeFileSync(file, [...PROBES, ...RPC_THROW].map((line) => `\x1b[90m${line}\x1b[39m`).join("\r\n"));
     expect(await explainUncaughtFile(file)).toEqual({
-      explained: { "refused-connect": 6, "rpc-throw": 1, "operator-restart": 0 },
+      explained: { "refused-connect": 6, "rpc-throw": 1, "operator-restart": 0, "injected-fault": 0 },
       unexplained: [],
     });
   });
@@ -111,7 +127,12 @@ describe("the uncaught exception rules", () => {
     expect(report.unexplained.map((at) => at.line)).toEqual(
       uncaughtLines(WAIT_UNTIL_REJECTED).map((n) => n + PROBES.length),
     );
-    expect(report.explained).toEqual({ "refused-connect": 6, "rpc-throw": 1, "operator-restart": 0 });
+    expect(report.explained).toEqual({
+      "refused-connect": 6,
+      "rpc-throw": 1,
+      "operator-restart": 0,
+      "injected-fault": 0,
+    });
   });
 
   it("report a fetch's rejection that escaped, beside fetches that were caught", () => {
