@@ -1,5 +1,5 @@
 /**
- * The org's agent quota as tasks outside the task API (environment sessions, rollouts) take it: a
+ * The org's agent quota as every task takes it (agent tasks, environment sessions, rollouts): a
  * task reserves its whole `sandboxSeconds` budget and a slot before its object is made, and its
  * object settles for what it used when it ends (`AgentQuota`).
  */
@@ -10,7 +10,10 @@ import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { ApiError } from "../problem.js";
 
-/** Seconds past its wall time that a reservation outlives a task whose object never settles it. */
+/**
+ * Seconds past its wall time that a reservation outlives a task whose object never settles it (an
+ * agent task may also sit uploading before it starts).
+ */
 const GRACE_SECONDS = 3600;
 
 /**

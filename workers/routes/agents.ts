@@ -8,7 +8,6 @@ import { Hono, type Context } from "hono";
 import { stream } from "hono/streaming";
 import { z } from "zod";
 import {
-  AGENT_PLAN_LIMITS,
   CreateTaskRequest,
   TaskLimits,
   TaskMessageRequest,
@@ -21,7 +20,7 @@ import { newId } from "../../protocol/ids.js";
 import { allowedArchiveOrigins } from "../../durable-objects/agent-task/archive.js";
 import type { TaskResult } from "../../durable-objects/agent-task/result.js";
 import { sandboxHost } from "../../durable-objects/agent-task/sandbox-client.js";
-import { AgentLimitsSetting } from "../agents/quota.js";
+import { reserveAgentQuota } from "../agents/quota.js";
 import type { AppEnv } from "../app-env.js";
 import { ConfigError } from "../config.js";
 import { database } from "../db/client.js";
@@ -44,11 +43,7 @@ const AgentSettings = z.object({
    * `npm start` sets it when it runs none (no working bubblewrap), with how to fix that.
    */
   SANDBOX_UNAVAILABLE: z.string().min(1).optional(),
-  AGENT_LIMITS: AgentLimitsSetting,
 });
-
-/** Seconds a task may sit uploading before its quota reservation lapses, beyond its wall time. */
-const UPLOAD_GRACE_SECONDS = 3600;
 
 const stubOf = (c: Context<AppEnv>, id: string) => c.env.AGENT_TASK.get(c.env.AGENT_TASK.idFromName(id));
 
@@ -106,15 +101,8 @@ export const agents = new Hono<AppEnv>()
     if (typeof host === "string") throw new ApiError("unavailable", settings.data.SANDBOX_UNAVAILABLE ?? host);
     const model = body.model ?? settings.data.AGENT_MODEL ?? DEFAULT_AGENT_MODEL;
     const limits = TaskLimits.parse(body.limits);
-    const quota = c.env.AGENT_QUOTA.get(c.env.AGENT_QUOTA.idFromName(org.id));
-    const orgLimits = settings.data.AGENT_LIMITS?.[org.plan] ?? AGENT_PLAN_LIMITS[org.plan];
-    const expiresAt = Date.now() + (limits.wallSeconds + UPLOAD_GRACE_SECONDS) * 1000;
-    const reserved = await quota.reserve(id, limits.sandboxSeconds, expiresAt, orgLimits);
-    if (!reserved.ok)
-      throw new ApiError("rate_limited", reserved.message, {
-        headers: { "Retry-After": String(reserved.retryAfterSeconds) },
-        extra: { limit: reserved.limit },
-      });
+    // The reservation outlives the task's wall time by an hour: it may sit uploading before it starts.
+    const quota = await reserveAgentQuota(c, id, limits);
     // The row first: a task object nobody can list would be unreachable.
     await database(c.env.DB).insert(agentTasks).values({ id, orgId: org.id, userId: user.id, model });
     const result = await stubOf(c, id)
