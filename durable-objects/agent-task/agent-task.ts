@@ -25,6 +25,7 @@ import { importDataKey, seal, unseal } from "./seal.js";
 import { SandboxClient, SandboxUnavailable, sandboxHost, tenantTag, type SandboxSettings } from "./sandbox-client.js";
 import { allowedArchiveOrigins, ArchiveError, importArchive, UNUSABLE_ARCHIVE, type ArchiveReport } from "./archive.js";
 import { RetryLater, runTurn, type LoopHost } from "./loop.js";
+import { playWithoutModel } from "./no-model.js";
 import { guarded, TaskNotReady } from "./result.js";
 import { reportRollout } from "./rollout.js";
 import { EnvTasks, type CreateEnvTask, type SessionHost } from "./session.js";
@@ -361,6 +362,7 @@ export class AgentTask extends DurableObject<AgentTaskEnv> {
     if (!state || (state.status !== "running" && !source)) return;
     try {
       if (source) await this.importSource(state, source);
+      else if (state.env?.agent) await playWithoutModel(this.host, state, state.env.agent);
       else await runTurn(this.host, state);
       state.retries = 0;
     } catch (err) {

@@ -14,6 +14,7 @@ import { openAiTools } from "../../protocol/agents/tools.js";
 import { isTerminal, TaskLimits, type EndReason } from "../../protocol/agents/task.js";
 import type { CreatedSession, Session, StepRequest, StepResponse, VerifyResponse } from "../../protocol/envs/api.js";
 import type { EnvRunNamespace } from "../../protocol/envs/run.js";
+import type { RolloutAgent } from "../../protocol/envs/rollouts.js";
 import type { CaptureBindings } from "./capture.js";
 import { recordTurn, runRecordedCalls, type LoopHost } from "./loop.js";
 import { TaskNotReady } from "./result.js";
@@ -43,6 +44,8 @@ export interface CreateEnvTask {
   model?: string | undefined;
   sampling?: Sampling | undefined;
   parent?: { runId: string; member: number } | undefined;
+  /** A rollout: what plays it (`model` when absent; `oracle` and `noop` call no model, `no-model.ts`). */
+  agent?: RolloutAgent | undefined;
 }
 
 export interface SessionHost extends LoopHost {
@@ -171,6 +174,7 @@ export class EnvTasks {
         lastSeenAt: now.getTime(),
         ...(input.sampling ? { sampling: input.sampling } : {}),
         ...(input.parent ? { parent: input.parent } : {}),
+        ...(input.kind === "rollout" && input.agent && input.agent !== "model" ? { agent: input.agent } : {}),
       },
     };
     const first = await seal(key, { role: "user", content: info.task.instruction } satisfies ChatMessage);

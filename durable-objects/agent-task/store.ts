@@ -70,6 +70,8 @@ export interface EnvTaskState {
   /** A rollout: the sampling its model calls are made with, and the run told when it ends. */
   sampling?: Sampling;
   parent?: { runId: string; member: number };
+  /** A rollout played without a model (`no-model.ts`); absent, the model plays it. */
+  agent?: "oracle" | "noop";
   /** A rollout whose end the run has been told of. */
   reported?: boolean;
   /** The sandbox was destroyed (the session was deleted or sat idle): nothing more can run. */

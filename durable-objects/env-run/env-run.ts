@@ -216,6 +216,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
           model: state.policy.model,
           sampling: { ...state.sampling, seed: member.seed },
           parent: { runId: state.id, member: member.member },
+          agent: state.agent,
         });
         if (!result.ok) failure = { code: result.code, message: result.message };
       } catch (err) {

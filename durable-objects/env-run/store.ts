@@ -6,7 +6,7 @@
  * own object.
  */
 import type { AgentOrgLimits, TaskLimits } from "../../protocol/agents/task.js";
-import type { Policy, RolloutEventType, RunTask, Sampling } from "../../protocol/envs/rollouts.js";
+import type { Policy, RolloutAgent, RolloutEventType, RunTask, Sampling } from "../../protocol/envs/rollouts.js";
 
 export interface RunState {
   id: string;
@@ -21,6 +21,8 @@ export interface RunState {
    */
   archiveUrls?: (string | null)[];
   policy: Policy;
+  /** What plays each member: the policy's model (`model`, and when absent), or no model (`oracle`, `noop`). */
+  agent?: RolloutAgent;
   groupSize: number;
   sampling: Sampling;
   limits: Partial<TaskLimits>;

@@ -108,6 +108,8 @@ export const END_REASONS = [
   "sandbox_error",
   "sandbox_gone",
   "source_error",
+  /** A rollout played by the task's reference solution (`agent: "oracle"`) whose solve.sh failed; it is still verified. */
+  "solve_error",
   /** An environment session: verified (no step runs after it), or no request for its idle time. */
   "verified",
   "idle",

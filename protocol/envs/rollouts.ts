@@ -36,6 +36,15 @@ export const Policy = z.strictObject({
 });
 export type Policy = z.infer<typeof Policy>;
 
+/**
+ * What plays a run's rollouts: `model`, the policy through the production loop; `oracle`, the task's
+ * reference solution (`solution/solve.sh`) and no model; `noop`, nothing (the untouched tree is
+ * verified). The last two check a task set: every task should score 1 solved and 0 untouched.
+ */
+export const ROLLOUT_AGENTS = ["model", "oracle", "noop"] as const;
+export const RolloutAgent = z.enum(ROLLOUT_AGENTS);
+export type RolloutAgent = z.infer<typeof RolloutAgent>;
+
 export const CreateRolloutsRequest = z
   .strictObject({
     taskset: z.string().min(1).max(64),
@@ -45,7 +54,9 @@ export const CreateRolloutsRequest = z
       .min(1)
       .max(MAX_RUN_ROLLOUTS)
       .optional(),
-    policy: Policy,
+    agent: RolloutAgent.default("model"),
+    /** Needed when `agent` is `model`; otherwise a label kept with the run (`{ model: agent }` when absent). */
+    policy: Policy.optional(),
     group_size: z.number().int().min(1).max(256),
     sampling: Sampling.default({}),
     /** Each rollout's budgets, as an agent task's. */
@@ -56,7 +67,11 @@ export const CreateRolloutsRequest = z
   .refine(
     (r) => (r.tasks?.length ?? 1) * r.group_size <= MAX_RUN_ROLLOUTS,
     `a run makes at most ${MAX_RUN_ROLLOUTS} rollouts (tasks × group_size)`,
-  );
+  )
+  .refine((r) => r.agent !== "model" || r.policy !== undefined, {
+    message: "policy is required when agent is model",
+    path: ["policy"],
+  });
 export type CreateRolloutsRequest = z.input<typeof CreateRolloutsRequest>;
 
 /** The seed member `i` of a group is sampled with. */

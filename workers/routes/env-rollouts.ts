@@ -1,6 +1,7 @@
 /**
  * Rollout runs (`/v1/envs/rollouts`): a policy (a model or pool the gateway serves) plays tasks of
- * a task set in groups, each play an agent task of kind `rollout` verified when it ends, and the run
+ * a task set in groups, or (`agent: "oracle"` or `"noop"`) each task's reference solution or nothing
+ * does, each play an agent task of kind `rollout` verified when it ends, and the run
  * streams each start, each end with its reward, each group's advantages and a final summary as
  * server-sent events (resumable with `Last-Event-ID`). A run is an `EnvRun` object named by the
  * run's id, which also keeps the org that owns it: another org's run answers 404 as a missing one.
@@ -124,9 +125,11 @@ export const envRollouts = new Hono<AppEnv>()
     const host = sandboxHost(c.env, "rollouts");
     if (typeof host === "string") throw new ApiError("unavailable", host);
     // Before anything is made: a policy the gateway does not serve would fail every member's first turn.
+    // A run played without a model (oracle, noop) asks the gateway nothing: its policy is a label.
+    const policy = body.policy ?? { model: body.agent };
     const runtime = gatewayRuntime(c.env);
-    if (!runtime?.gateway.poolFor("chat", body.policy.model))
-      throw new ApiError("not_found", `No model named ${body.policy.model} is served here; GET /v1/models lists them.`);
+    if (body.agent === "model" && !runtime?.gateway.poolFor("chat", policy.model))
+      throw new ApiError("not_found", `No model named ${policy.model} is served here; GET /v1/models lists them.`);
     const { org, user, key } = c.get("principal");
     // A run's id has a task id's form, so its members' ids (`<run>-<n>`) are valid sandbox ids.
     const id = `run_${newId("task").slice("task_".length)}`;
@@ -139,7 +142,8 @@ export const envRollouts = new Hono<AppEnv>()
       taskset: body.taskset,
       tasks,
       archiveUrls,
-      policy: body.policy,
+      policy,
+      agent: body.agent,
       groupSize: body.group_size,
       sampling: body.sampling,
       limits: body.limits,
