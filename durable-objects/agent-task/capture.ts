@@ -17,7 +17,6 @@ import {
   type SealedOpening,
 } from "../../protocol/envs/rollout-rows.js";
 import type { LakeMessage } from "../../protocol/lake.js";
-import { readOrgSealKey } from "../lake/org-seal-key.js";
 import { sendRows } from "../lake/send.js";
 import { seal, unseal } from "./seal.js";
 import type { TaskState } from "./store.js";
@@ -65,20 +64,20 @@ export interface RolloutCapture {
 }
 
 /**
- * Sends the ended rollout's `rollout_steps` rows and answers what its run needs for its `rollouts`
- * row; null when its org has no sealing key (nothing of it is captured). Rejects if the queue
- * refused rows (sending again is safe).
+ * Sends the ended rollout's `rollout_steps` rows, sealed to its org's key, and answers what its run
+ * needs for its `rollouts` row (an org with no sealing key has nothing captured: its caller does not
+ * call this). Rejects if the queue refused rows (sending again is safe).
  */
 export async function captureRollout(
   lake: CaptureBindings,
   storage: DurableObjectStorage,
   state: TaskState,
   key: CryptoKey,
+  orgKey: OrgSealKey,
   conversation: Message[],
   systemPrompt: string,
 ): Promise<RolloutCapture | null> {
-  const orgKey: OrgSealKey | null = await readOrgSealKey(lake.db, state.orgId);
-  if (!orgKey || !state.startedAt) return null;
+  if (!state.startedAt) return null;
   const calls = await keptCalls(storage, key);
   const startedAt = Date.parse(state.startedAt);
   const endedAt = state.endedAt ? Date.parse(state.endedAt) : null;

@@ -1,15 +1,20 @@
 /**
  * A rollout's end: once its loop has ended, the task's tests score its tree (once: the verify call
  * id makes a repeat answer the record), its conversation is sent to the lake as `rollout_steps` rows
- * sealed to its org's key (`capture.ts`), and its run is told (`ENV_RUN`'s `rolloutEnded`, with the
- * sealed opening its `rollouts` row needs), each retried by the task's alarm with backoff. Out of
+ * sealed to its org's key (`capture.ts`; a rollout played without a model has none), and its run is
+ * told (`ENV_RUN`'s `rolloutEnded`, with the sealed opening its `rollouts` row needs and the
+ * verifier's log sealed to the org's key), each retried by the task's alarm with backoff. Out of
  * tries at verifying, the run is told there is no reward and why; out of tries at capturing, the
- * run is told without the opening (the gateway's rows of each call stand); out of tries at telling
- * it, the run learns of the end when it reads the task.
+ * run is told without the opening and the log (the gateway's rows of each call stand); out of tries
+ * at telling it, the run learns of the end when it reads the task.
  */
+import type { VerifyResponse } from "../../protocol/envs/api.js";
 import type { RolloutEnded } from "../../protocol/envs/run.js";
+import { sealVerifierLog, type SealedVerifierLog } from "../../protocol/envs/verifier-log.js";
+import { readOrgSealKey } from "../lake/org-seal-key.js";
 import { captureRollout, type RolloutCapture } from "./capture.js";
 import { SandboxUnavailable } from "./sandbox-client.js";
+import { unseal } from "./seal.js";
 import type { EnvTasks, SessionHost } from "./session.js";
 import type { TaskState } from "./store.js";
 import { SYSTEM_PROMPT } from "./turn.js";
@@ -35,13 +40,31 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
     }
   }
   let capture: RolloutCapture | null = null;
+  let sealedVerifierLog: SealedVerifierLog | undefined;
   const lake = host.lake();
   if (lake) {
     try {
       const state = host.mustState();
       const key = await host.dataKey(state);
-      if (key)
-        capture = await captureRollout(lake, host.storage, state, key, await host.conversation(key), SYSTEM_PROMPT);
+      const orgKey = key ? await readOrgSealKey(lake.db, state.orgId) : null;
+      if (key && orgKey) {
+        // The verdict is kept sealed under the task's data key; its log leaves only sealed to the org.
+        const verdict = host.store.verdict();
+        if (verdict) {
+          const { log } = await unseal<VerifyResponse>(key, verdict);
+          sealedVerifierLog = await sealVerifierLog(orgKey, state.orgId, state.id, log);
+        }
+        if (!state.env?.agent)
+          capture = await captureRollout(
+            lake,
+            host.storage,
+            state,
+            key,
+            orgKey,
+            await host.conversation(key),
+            SYSTEM_PROMPT,
+          );
+      }
     } catch (err) {
       console.error(
         JSON.stringify({ level: "warn", message: "rollout rows not sent", rollout: state.id, error: String(err) }),
@@ -65,6 +88,7 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       startedAt: current.startedAt,
       endedAt: current.endedAt,
       ...(capture ?? {}),
+      ...(sealedVerifierLog ? { sealedVerifierLog } : {}),
     };
     try {
       await runs.get(runs.idFromName(ended.runId)).rolloutEnded(ended);

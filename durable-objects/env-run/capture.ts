@@ -4,10 +4,15 @@
  * org's key by the member, which holds the text) with its end; the run keeps that ciphertext until
  * the group ends, then sends the group's rows and marks them sent. A send that fails is made again
  * by the run's alarm; a row sent twice lands once (the lake keeps one row per identity).
+ *
+ * A member's verifier log comes with its end the same way, sealed to the org's key by the member,
+ * and is kept as that ciphertext (one per member) for the run's attempts rows: the run never sees
+ * the log's text.
  */
 import { rolloutRow, type SealedOpening } from "../../protocol/envs/rollout-rows.js";
 import type { LakeMessage } from "../../protocol/lake.js";
 import type { RolloutEnded as MemberReport } from "../../protocol/envs/run.js";
+import type { SealedVerifierLog } from "../../protocol/envs/verifier-log.js";
 import { sendRows } from "../lake/send.js";
 import { rolloutIdOf } from "./report.js";
 import type { MemberRow, RunState } from "./store.js";
@@ -26,11 +31,22 @@ export class RunCapture {
         member INTEGER PRIMARY KEY, key_id TEXT NOT NULL, opening TEXT NOT NULL,
         prompt_tokens INTEGER, completion_tokens INTEGER, sent INTEGER NOT NULL DEFAULT 0
       );
+      CREATE TABLE IF NOT EXISTS member_verifier_log (
+        member INTEGER PRIMARY KEY, key_id TEXT NOT NULL, sealed TEXT NOT NULL
+      );
     `);
   }
 
-  /** A member's sealed opening, kept from its first report that has one. */
+  /** A member's sealed opening and verifier log, each kept from its first report that has one. */
   keep(report: MemberReport): void {
+    const log = report.sealedVerifierLog;
+    if (log)
+      this.sql.exec(
+        "INSERT OR IGNORE INTO member_verifier_log (member, key_id, sealed) VALUES (?, ?, ?)",
+        report.member,
+        log.content_key_id,
+        log.content,
+      );
     const opening: SealedOpening | undefined = report.sealedOpening;
     if (!opening) return;
     this.sql.exec(
@@ -42,6 +58,17 @@ export class RunCapture {
       report.promptTokens ?? null,
       report.completionTokens ?? null,
     );
+  }
+
+  /** A member's verifier log as it came, sealed to the org's key; null when it came without one. */
+  verifierLog(member: number): SealedVerifierLog | null {
+    const row = this.sql
+      .exec<{
+        key_id: string;
+        sealed: string;
+      }>("SELECT key_id, sealed FROM member_verifier_log WHERE member = ?", member)
+      .toArray()[0];
+    return row ? { content_key_id: row.key_id, content: row.sealed } : null;
   }
 
   /** Sends the rows of every ended group not yet sent; rejects if the queue refused them. */

@@ -6,6 +6,7 @@
  */
 import type { EndReason, TaskUsage } from "../agents/task.js";
 import type { SealedOpening } from "./rollout-rows.js";
+import type { SealedVerifierLog } from "./verifier-log.js";
 
 export interface RolloutEnded {
   runId: string;
@@ -31,6 +32,11 @@ export interface RolloutEnded {
   /** Prompt and completion tokens over its model calls, as the backend counted them (null: not reported). */
   promptTokens?: number | null;
   completionTokens?: number | null;
+  /**
+   * The verifier's log (its last 64 KiB) sealed to the org's key (`verifier-log.ts`), for the run to
+   * keep as it came. Absent when the org has no sealing key or the rollout was not verified.
+   */
+  sealedVerifierLog?: SealedVerifierLog;
 }
 
 /** The part of the run's object a rollout calls. */
