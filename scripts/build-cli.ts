@@ -15,9 +15,9 @@
  *   where they are (client/assets.ts). The package then needs neither tree-sitter-wasms (50 MB of
  *   grammars) nor the checkout's `protocol/`.
  * - The SDK (`sextant-cli/sdk`, `sextant-cli/sdk/node`) is bundled with its own sources (`protocol/`
- *   included) and leaves its packages (zod, eventsource-parser, @noble/hashes) to the installer: they
- *   are the package's dependencies, and its types name zod's. rollup-plugin-dts bundles the
- *   declarations the same way, so TypeScript callers get types without the sources.
+ *   included) and leaves its packages (zod, eventsource-parser, @noble/hashes, pure-rand) to the
+ *   installer: they are the package's dependencies, and its types name zod's. rollup-plugin-dts
+ *   bundles the declarations the same way, so TypeScript callers get types without the sources.
  * - `THIRD-PARTY-NOTICES.md` names every npm package with code or files in what the package ships,
  *   with its licence's full text (scripts/third-party-notices.ts), and `LICENSE` and `NOTICE` are
  *   Sextant's own.
@@ -42,7 +42,7 @@ const OUT = join(ROOT, "client/dist");
 const require = createRequire(import.meta.url);
 
 /** The SDK's packages, left to the installer: the package's dependencies (and openai, a peer its types name). */
-const SDK_EXTERNAL = ["zod", "eventsource-parser", "@noble/hashes", "openai"];
+const SDK_EXTERNAL = ["zod", "eventsource-parser", "@noble/hashes", "pure-rand", "openai"];
 
 /**
  * Writes each file aside and renames it into place, so that a CLI started meanwhile never reads half

@@ -37,6 +37,7 @@ import {
 import { LakeManifest, LakeTable } from "../../protocol/lake.js";
 import { Agents } from "./agents.js";
 import { Envs } from "./envs.js";
+import { Evals } from "./evals.js";
 import { Events } from "./events.js";
 import { SextantError } from "./errors.js";
 import { HttpClient } from "./http.js";
@@ -97,6 +98,8 @@ export class Sextant {
   readonly events: Events;
   /** Environments: task archives and task sets. */
   readonly envs: Envs;
+  /** Eval runs: `run` one over a task set, `get` its report, `list` them, `compare` two. */
+  readonly evals: Evals;
 
   constructor(options: SextantOptions = {}) {
     const apiKey = options.apiKey ?? envVar("SEXTANT_API_KEY");
@@ -112,6 +115,7 @@ export class Sextant {
     this.agents = new Agents(this.http);
     this.events = new Events(this.http);
     this.envs = new Envs(this.http);
+    this.evals = new Evals(this.http);
   }
 
   get baseURL(): string {

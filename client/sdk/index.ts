@@ -21,6 +21,26 @@ export {
   type VerifyResponse,
 } from "./env-sessions.js";
 export { Rollouts, type RolloutStreamOptions } from "./rollouts.js";
+export type { RunStreamOptions } from "./run-events.js";
+export {
+  Evals,
+  type CreateEvalRunRequest,
+  type EvalAttempt,
+  type EvalComparison,
+  type EvalReport,
+  type EvalRun,
+  type EvalStreamOptions,
+  type EvalSummary,
+  type EvalTaskReport,
+  type RunComparison,
+} from "./evals.js";
+export { compareRuns, passAtK, summarize, taskStats } from "../../protocol/evals/stats.js";
+export type {
+  CompareOptions,
+  ComparedTask,
+  RunSummary as EvalRunSummary,
+  TaskStats,
+} from "../../protocol/evals/stats.js";
 export { DEFAULT_BASE_URL, Sextant, SextantAdmin } from "./client.js";
 export type { ClientOptions, PerRequest, SextantAdminOptions, SextantOptions } from "./client.js";
 export * from "./errors.js";
