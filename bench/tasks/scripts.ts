@@ -65,11 +65,14 @@ tap='^# pass +([0-9]+)'
 mocha='^ *([0-9]+) passing'
 uvu='^ *Passed: +([0-9]+)'
 pytest='^=+ (.*[ ,])?([0-9]+) passed'
+# grep first: a runner may print a line per assertion, and bash reads lines slowly.
+grep -aE 'pass|Pass' "$output" >"$output.summary"
 while IFS= read -r line; do
   line=\${line//$'\\e'\\[*([0-9;])m/}
   if [[ $line =~ $tap || $line =~ $mocha || $line =~ $uvu ]]; then passed=$((passed + BASH_REMATCH[1]));
   elif [[ $line =~ $pytest ]]; then passed=$((passed + BASH_REMATCH[2])); fi
-done <"$output"`,
+done <"$output.summary"
+rm -f "$output.summary"`,
 };
 
 /**

@@ -91,7 +91,14 @@ const verdictLine = (log: string) =>
     .reverse()
     .find((l) => l.startsWith("sextant-verifier: "))
     ?.slice("sextant-verifier: ".length);
-const tail = (log: string, lines = 15) => log.trimEnd().split("\n").slice(-lines).join("\n");
+/** The log's last lines, on one line: the build prints one line per task. */
+const tail = (log: string, lines = 6) =>
+  log
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .slice(-lines)
+    .join(" | ");
 
 function treeSize(dir: string): { files: number; bytes: number } {
   let files = 0;
