@@ -8,6 +8,8 @@ import { describe, expect, it } from "vitest";
 import type { CreateRun } from "../../durable-objects/env-run/env-run.js";
 import type { RolloutEnded as MemberReport } from "../../protocol/envs/run.js";
 import type { GroupEnded, RolloutEnded, RolloutEvent, RunSummary } from "../../protocol/envs/rollouts.js";
+import { generateOrgKeyPair, importPrivateKey } from "../../protocol/envs/seal.js";
+import { openVerifierLog, sealVerifierLog } from "../../protocol/envs/verifier-log.js";
 
 const SHA = (n: number) => String(n).repeat(64).slice(0, 64);
 let runs = 0;
@@ -222,5 +224,41 @@ describe("a rollout run object", () => {
     // What a run is told holds no instruction, file or conversation: only these kinds of value.
     expect(text).toContain(SHA(1));
     expect(text).not.toMatch(/instruction|content|messages/i);
+  });
+
+  it("keeps each member's verifier log as the sealed value its first report carried, and no more", async () => {
+    const run = runInput();
+    await stubOf(run.id).create(run);
+    const pair = await generateOrgKeyPair();
+    const orgKey = { keyId: "k-logs", publicKey: pair.publicKey };
+    const log = (m: number) => `not ok 1 - verifier-says-${m} in src/hidden.js\npassed 0 of 1\n`;
+    const sealed = await Promise.all([0, 1].map((m) => sealVerifierLog(orgKey, run.orgId, `${run.id}-${m}`, log(m))));
+    await stubOf(run.id).rolloutEnded(report(run, 0, 0, { sealedVerifierLog: sealed[0] }));
+    await stubOf(run.id).rolloutEnded(report(run, 1, 0, { sealedVerifierLog: sealed[1] }));
+    // A repeat of member 1's report with another log changes nothing; member 2 came without one.
+    const other = await sealVerifierLog(orgKey, run.orgId, `${run.id}-1`, "another log");
+    await stubOf(run.id).rolloutEnded(report(run, 1, 0, { sealedVerifierLog: other }));
+    await stubOf(run.id).rolloutEnded(report(run, 2, 1));
+    const { rows, text } = await runInDurableObject(stubOf(run.id), (_object, state) => {
+      const sql = state.storage.sql;
+      const tables = sql
+        .exec<{ name: string }>(
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
+        )
+        .toArray()
+        .map((t) => sql.exec(`SELECT * FROM ${t.name}`).toArray());
+      return {
+        rows: sql.exec("SELECT member, key_id, sealed FROM member_verifier_log ORDER BY member").toArray(),
+        text: JSON.stringify(tables),
+      };
+    });
+    expect(rows).toEqual([
+      { member: 0, key_id: "k-logs", sealed: sealed[0]!.content },
+      { member: 1, key_id: "k-logs", sealed: sealed[1]!.content },
+    ]);
+    expect(text).not.toMatch(/verifier-says|hidden\.js|passed 0 of/);
+    const key = await importPrivateKey(pair.privateJwk);
+    const kept = { content_key_id: rows[1]!.key_id as string, content: rows[1]!.sealed as string };
+    expect(await openVerifierLog(key, run.orgId, `${run.id}-1`, kept)).toBe(log(1));
   });
 });
