@@ -127,6 +127,8 @@ function writeFile(path: string, text: string, mode = 0o644) {
 /** Writes the task of `def` from the package's unpacked `source` (read, never written). Throws DefRefused. */
 export async function writeTask(def: TaskDef, source: string, options: WriteOptions): Promise<WrittenTask> {
   const dir = join(options.out, options.split, def.id);
+  // Whatever an earlier build wrote for this id goes first: a def refused now leaves no stale task.
+  for (const split of ["train", "heldout"]) rmSync(join(options.out, split, def.id), { recursive: true, force: true });
   const mutatedFiles = [...new Set(def.mutation.edits.map((e) => e.file))];
   const runner = Object.entries(def.test.runner?.npm ?? {});
   const restore = [...def.test.files, ...runner.map(([name]) => `node_modules/${name}`)];
@@ -143,7 +145,6 @@ export async function writeTask(def: TaskDef, source: string, options: WriteOpti
     mutatedFiles.map((f) => [f, applyEdits(f, readFileSync(join(source, f), "utf8"), def.mutation.edits)]),
   );
 
-  rmSync(dir, { recursive: true, force: true });
   const work = mkdtempSync(join(tmpdir(), `sextant-task-${def.id}-`));
   try {
     const env = join(dir, "environment");
