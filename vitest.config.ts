@@ -43,6 +43,7 @@ const LONG_FIRST = [
   "test/e2e/agent-cli.test.ts",
   "test/sandboxes/hostile.test.ts",
   "test/e2e/envs-sessions.test.ts",
+  "test/e2e/env-rollouts-agents.test.ts",
 ];
 
 /** vitest's order (group, then project, then past durations or size), with `LONG_FIRST` moved to the front of its project. */
