@@ -108,6 +108,15 @@ export const Timeouts = z
   .strict();
 export type Timeouts = z.infer<typeof Timeouts>;
 
+/** What a model's tokens cost, in USD per million tokens. */
+export const TokenPrice = z
+  .object({
+    input: z.number().min(0).max(1_000_000),
+    output: z.number().min(0).max(1_000_000),
+  })
+  .strict();
+export type TokenPrice = z.infer<typeof TokenPrice>;
+
 export const Pool = z
   .object({
     role: PoolRole,
@@ -116,6 +125,11 @@ export const Pool = z
     /** FIM template for `/v1/completions` with `suffix` on vLLM and SGLang endpoints. */
     fim: FimFamily.optional(),
     endpoints: z.array(Endpoint).min(1),
+    /**
+     * What its models' tokens cost (prompt tokens at `input`, completion tokens at `output`): an eval
+     * run of one of them keeps the price it was made with and reports each attempt's cost by it.
+     */
+    price: TokenPrice.optional(),
     timeouts: Timeouts.prefault({}),
     /** Tab only: send a second request to another region when the first token is this late. */
     hedgeAfterMs: ms(60_000).optional(),

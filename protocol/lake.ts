@@ -150,12 +150,51 @@ const ROLLOUT_STEPS: Column[] = [
   c("content", "STRING"),
 ];
 
+/**
+ * One row per attempt of an eval run (a member of its rollout run), written when the attempt ends.
+ * `attempt_id` is `<eval_id>.<member>` and `at` the eval run's creation, so that however often an
+ * attempt's row is sent (a redelivery, a run that resumed after a crash), the lake keeps one, and a
+ * run's rows share its partition. `verifier_log` is the verifier's output, sealed (`envs/seal.ts`).
+ */
+const EVAL_ATTEMPTS: Column[] = [
+  c("attempt_id", "STRING"),
+  c("eval_id", "STRING"),
+  c("run_id", "STRING"),
+  c("org_id", "STRING"),
+  c("at", "TIMESTAMP"),
+  c("taskset", "STRING"),
+  c("task_index", "INT32"),
+  c("task_sha256", "STRING"),
+  c("attempt", "INT32"),
+  c("member", "INT32"),
+  c("agent", "STRING"),
+  c("model", "STRING"),
+  c("checkpoint", "STRING"),
+  c("reward", "DOUBLE"),
+  c("passed", "BOOLEAN"),
+  c("outcome", "STRING"),
+  c("failure_kind", "STRING"),
+  c("tokens", "INT32"),
+  c("prompt_tokens", "INT32"),
+  c("completion_tokens", "INT32"),
+  c("cost_usd", "DOUBLE"),
+  c("turns", "INT32"),
+  c("tool_calls", "INT32"),
+  c("sandbox_seconds", "DOUBLE"),
+  c("duration_ms", "INT32"),
+  c("started_at", "TIMESTAMP"),
+  c("ended_at", "TIMESTAMP"),
+  c("content_key_id", "STRING"),
+  c("verifier_log", "STRING"),
+];
+
 export const LAKE_TABLES = {
   editor_events: { columns: EDITOR_EVENTS, id: "event_id" },
   edge_requests: { columns: EDGE_REQUESTS, id: "record_id" },
   refusals: { columns: REFUSALS, id: "record_id" },
   rollouts: { columns: ROLLOUTS, id: "rollout_id" },
   rollout_steps: { columns: ROLLOUT_STEPS, id: "step_id" },
+  eval_attempts: { columns: EVAL_ATTEMPTS, id: "attempt_id" },
 } as const satisfies Record<string, { columns: Column[]; id: string }>;
 
 export type LakeTable = keyof typeof LAKE_TABLES;

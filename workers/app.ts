@@ -11,6 +11,7 @@ import { envRows } from "./routes/envs-rows.js";
 import { envRollouts } from "./routes/env-rollouts.js";
 import { envs } from "./routes/envs.js";
 import { errors } from "./routes/errors.js";
+import { evals } from "./routes/evals.js";
 import { events } from "./routes/events.js";
 import { gateway } from "./gateway/routes.js";
 import { health } from "./routes/health.js";
@@ -37,6 +38,7 @@ const app = new Hono<AppEnv>()
   .route("/v1/envs/openenv", openenv(dispatch))
   .route("/v1/envs/rollouts", envRollouts)
   .route("/v1/envs", envs)
+  .route("/v1/evals", evals)
   .route("/v1/events", events)
   .route("/v1", gateway)
   .route("/admin", admin);

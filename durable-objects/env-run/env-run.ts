@@ -22,6 +22,7 @@ import {
 } from "../../protocol/envs/rollouts.js";
 import type { LakeMessage } from "../../protocol/lake.js";
 import { RunCapture } from "./capture.js";
+import { EvalRows, type EvalAttempts } from "./eval-rows.js";
 import { groupEnded, rolloutIdOf, runSummary, runView, started, unplayed } from "./report.js";
 import { RunStore, type MemberRow, type RunState } from "./store.js";
 
@@ -53,6 +54,7 @@ const RESERVATION_GRACE_SECONDS = 3600;
 export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
   private readonly store: RunStore;
   private readonly capture: RunCapture;
+  private readonly evals: EvalRows;
   private readonly listeners = new Set<() => void>();
   /** Members being made by this instance now (an alarm's starts run concurrently with reports). */
   private readonly starting = new Set<number>();
@@ -61,6 +63,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
     super(ctx, env);
     this.store = new RunStore(ctx.storage.sql);
     this.capture = new RunCapture(ctx.storage.sql);
+    this.evals = new EvalRows(ctx.storage.sql);
   }
 
   async create(input: CreateRun): Promise<RolloutRun> {
@@ -84,6 +87,23 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
     const state = this.store.state();
     if (!state || state.orgId !== orgId) return { ok: false, code: "not_found", message: "No such rollout run." };
     return { ok: true, value: this.view(state) };
+  }
+
+  /** An eval run's ended attempts with their prompt and completion tokens, for its org only. */
+  async evalAttempts(orgId: string): Promise<RunResult<EvalAttempts>> {
+    const state = this.store.state();
+    if (!state || state.orgId !== orgId) return { ok: false, code: "not_found", message: "No such rollout run." };
+    return {
+      ok: true,
+      value: {
+        status: state.status,
+        tasks: state.tasks,
+        groupSize: state.groupSize,
+        createdAt: state.createdAt,
+        endedAt: state.endedAt,
+        attempts: this.evals.ended(state),
+      },
+    };
   }
 
   async events(
@@ -124,6 +144,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
       return { recorded: false };
     if (row.state === "ended") return { recorded: false };
     this.capture.keep(ended);
+    if (state.eval) this.evals.keep(ended);
     this.recordEnd(state, row, {
       reward: ended.reward,
       components: ended.components,
@@ -136,9 +157,10 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
       startedAt: ended.startedAt,
       endedAt: ended.endedAt,
     });
+    // A slot is free: the next member starts now rather than at the next sweep. Set before the send,
+    // the alarm also sends this member's rows should this instance go before it has.
+    await this.ctx.storage.setAlarm(Date.now());
     await this.sendCaptured();
-    // A slot is free: the next member starts now rather than at the next sweep.
-    if (this.store.state()!.status === "running") await this.ctx.storage.setAlarm(Date.now());
     return { recorded: true };
   }
 
@@ -276,6 +298,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
     if (!state || !this.env.RECORDS) return;
     try {
       await this.capture.send(state, this.env.RECORDS);
+      await this.evals.send(state, this.env.RECORDS, (member) => this.capture.verifierLog(member));
     } catch (err) {
       console.error(
         JSON.stringify({ level: "warn", message: "rollout rows not sent", run: state.id, error: String(err) }),
@@ -324,6 +347,7 @@ export class EnvRun extends DurableObject<EnvRunEnv> implements EnvRunCallback {
         state.status = "ended";
         state.endedAt = at;
         this.store.saveState(state);
+        if (state.eval) this.evals.sendAgain();
       }
     });
     this.notify();

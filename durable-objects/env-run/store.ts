@@ -7,6 +7,14 @@
  */
 import type { AgentOrgLimits, TaskLimits } from "../../protocol/agents/task.js";
 import type { Policy, RolloutAgent, RolloutEventType, RunTask, Sampling } from "../../protocol/envs/rollouts.js";
+import type { TokenPrice } from "../../protocol/evals/api.js";
+
+/** What a rollout run that plays an eval run keeps of it, for the eval's `eval_attempts` rows. */
+export interface EvalSettings {
+  id: string;
+  /** The model's price when the eval run was made (null: none known). */
+  price: TokenPrice | null;
+}
 
 export interface RunState {
   id: string;
@@ -29,6 +37,8 @@ export interface RunState {
   concurrency: number;
   /** The org's agent quota, which each member reserves a slot and its sandbox seconds of. */
   orgLimits: AgentOrgLimits;
+  /** Set when the run plays an eval run: each member that ends then writes its `eval_attempts` row. */
+  eval?: EvalSettings;
   status: "running" | "ended";
   createdAt: string;
   endedAt: string | null;

@@ -48,7 +48,8 @@ export function captureOptions<T extends Record<string, unknown>>(body: T): T & 
   return { ...body, logprobs: true, return_tokens_as_token_ids: true, return_token_ids: true };
 }
 
-export const CAPTURE_TABLES = ["rollouts", "rollout_steps"] as const;
+/** The lake tables an org reads its own rows of: its rollouts, their steps, and its eval runs' attempts. */
+export const CAPTURE_TABLES = ["rollouts", "rollout_steps", "eval_attempts"] as const;
 export const CaptureTable = z.enum(CAPTURE_TABLES);
 export type CaptureTable = z.infer<typeof CaptureTable>;
 
@@ -57,9 +58,11 @@ export const RowsQuery = z.strictObject({
   hour: LakeHour,
   run: z.string().min(1).max(128).optional(),
   rollout: z.string().min(1).max(128).optional(),
+  /** `eval_attempts` only: one eval run's rows. */
+  eval: z.string().min(1).max(128).optional(),
 });
 
-/** `GET /v1/envs/rows/{table}?day&hour[&run][&rollout]`: the org's rows of one lake hour, content sealed. */
+/** `GET /v1/envs/rows/{table}?day&hour[&run][&rollout][&eval]`: the org's rows of one lake hour, content sealed. */
 export const RowsAnswer = z.object({
   table: CaptureTable,
   day: z.string(),

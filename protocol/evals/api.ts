@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { TaskLimits } from "../agents/task.js";
 import { ArchiveSha256 } from "../envs/api.js";
+import { TokenPrice } from "../gateway.js";
 import { MAX_RUN_ROLLOUTS, Sampling } from "../envs/rollouts.js";
 
 /** Attempts per task, at most. */
@@ -58,11 +59,7 @@ export const CreateEvalRunRequest = z
 export type CreateEvalRunRequest = z.input<typeof CreateEvalRunRequest>;
 
 /** USD per million tokens, as the gateway pool that serves the model is priced. */
-export const TokenPrice = z.strictObject({
-  input: z.number().min(0).max(1_000_000),
-  output: z.number().min(0).max(1_000_000),
-});
-export type TokenPrice = z.infer<typeof TokenPrice>;
+export { TokenPrice };
 
 export const EVAL_STATUSES = ["running", "ended"] as const;
 
@@ -151,25 +148,29 @@ export const FailureCounts = z.object({
 export type FailureCounts = z.infer<typeof FailureCounts>;
 
 /**
- * A run's figures over its ended attempts. pass@1 and pass@k are the unbiased estimator averaged
- * over the tasks that are not broken (`counted`); a task with fewer than k ended attempts counts in
- * pass@k once it has k. Null when no task counts.
+ * A run's figures (`stats.ts`'s `summarize`) over the tasks that are not broken (`counted`) and
+ * their ended attempts. pass@1 and pass@k are the unbiased estimator averaged over the counted
+ * tasks: null while a counted task has fewer ended attempts than 1 (or k), and when none counts.
  */
 export const EvalSummary = z.object({
+  /** Every task of the run, broken ones included. */
   tasks: z.number().int(),
   /** Tasks not broken. */
   counted: z.number().int(),
-  /** Ended attempts over all tasks. */
+  /** Ended attempts of the counted tasks. */
   attempts: z.number().int(),
   passed: z.number().int(),
   passAt1: z.number().nullable(),
+  /** k is the run's attempts per task. */
   passAtK: z.object({ k: z.number().int(), value: z.number().nullable() }),
+  /** An attempt that could not be verified scores 0 here. */
   meanReward: z.number().nullable(),
   tokens: z.number().int(),
-  /** Null when no attempt has a cost. */
+  /** Null when any counted attempt's cost is unknown. */
   costUsd: z.number().nullable(),
-  /** From the run's creation to its end (or to now, while it runs). */
+  /** The counted attempts' durations added up: the time attempts took, which concurrency does not shorten. */
   wallMs: z.number(),
+  /** The counted attempts that did not pass, by why. */
   failures: FailureCounts,
 });
 export type EvalSummary = z.infer<typeof EvalSummary>;

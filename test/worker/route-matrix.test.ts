@@ -29,6 +29,7 @@ interface Ids {
   tasksetId: string;
   sessionId: string;
   runId: string;
+  evalId: string;
 }
 
 const customerRoutes: Route[] = [
@@ -162,6 +163,17 @@ const customerRoutes: Route[] = [
   { method: "GET", path: (ids) => `/v1/envs/rollouts/${ids.runId}/events`, tenant: true },
   {
     method: "POST",
+    path: () => "/v1/evals/runs",
+    // Names the victim's task set, with no model to look up: another org is refused as if it did not exist.
+    body: { taskset: "ts_victim000000000000000", agent: "noop" },
+    tenant: true,
+  },
+  { method: "GET", path: () => "/v1/evals/runs?limit=5" },
+  { method: "GET", path: (ids) => `/v1/evals/runs/${ids.evalId}`, tenant: true },
+  { method: "GET", path: (ids) => `/v1/evals/runs/${ids.evalId}/events`, tenant: true },
+  { method: "GET", path: () => "/v1/envs/rows/eval_attempts?day=2026-01-01&hour=00" },
+  {
+    method: "POST",
     path: () => "/v1/events",
     body: { events: [{ id: "evt-00000001", type: "tab.rejected", at: Date.now() }] },
   },
@@ -191,7 +203,7 @@ const adminRoutes: Route[] = [
 ];
 
 const label = (r: Route) =>
-  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task", tasksetId: ":set", sessionId: ":sess", runId: ":run" })}`;
+  `${r.method} ${r.path({ keyId: ":key", workspaceId: ":ws", orgId: ":org", taskId: ":task", tasksetId: ":set", sessionId: ":sess", runId: ":run", evalId: ":eval" })}`;
 
 let victim: Account;
 let revoked: Account;
@@ -244,7 +256,23 @@ beforeAll(async () => {
     concurrency: 1,
     orgLimits: { concurrentTasks: 1, dailySandboxSeconds: 1 },
   });
-  ids = { keyId: victim.key.id, workspaceId: ws.id, orgId: victim.org.id, taskId, tasksetId, sessionId, runId };
+  // The victim's eval run, played by that rollout run.
+  const evalId = "eval_victim00000000000000";
+  await env.DB.prepare(
+    "INSERT INTO eval_runs (id, org_id, taskset_id, rollout_run_id, agent, attempts, concurrency) VALUES (?, ?, ?, ?, 'noop', 1, 1)",
+  )
+    .bind(evalId, victim.org.id, tasksetId, runId)
+    .run();
+  ids = {
+    keyId: victim.key.id,
+    workspaceId: ws.id,
+    orgId: victim.org.id,
+    taskId,
+    tasksetId,
+    sessionId,
+    runId,
+    evalId,
+  };
   await new Promise((resolve) => setTimeout(resolve, 1100));
 });
 

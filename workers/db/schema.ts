@@ -1,5 +1,6 @@
 import { sql } from "drizzle-orm";
-import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { EVAL_AGENTS, EVAL_STATUSES } from "../../protocol/evals/api.js";
 import type { LimitOverrides } from "../../protocol/limits.js";
 import { ABUSE_SIGNALS, EVENT_CONTENT, PLANS, ROLES, THROTTLE_KINDS } from "../../protocol/schemas.js";
 
@@ -183,3 +184,37 @@ export const orgSealKeys = sqliteTable("org_seal_keys", {
     .references(() => users.id, { onDelete: "cascade" }),
   createdAt: createdAt(),
 });
+
+/**
+ * Each org's eval runs: the settings, the rollout run that plays them and, once the run has ended,
+ * its summary (`summary_json`: the report's figures and each task's mean reward, numbers only). The
+ * rollout run's object holds every attempt; this row lists runs and finds a task set's latest
+ * oracle and noop runs, which mark its broken tasks.
+ */
+export const evalRuns = sqliteTable(
+  "eval_runs",
+  {
+    id: text("id").primaryKey(),
+    orgId: text("org_id")
+      .notNull()
+      .references(() => orgs.id, { onDelete: "cascade" }),
+    tasksetId: text("taskset_id").notNull(),
+    rolloutRunId: text("rollout_run_id").notNull(),
+    agent: text("agent", { enum: EVAL_AGENTS }).notNull(),
+    model: text("model"),
+    checkpoint: text("checkpoint"),
+    attempts: integer("attempts").notNull(),
+    concurrency: integer("concurrency").notNull(),
+    /** USD per million tokens when the run was made; null when the model's pool names no price. */
+    priceInput: real("price_input"),
+    priceOutput: real("price_output"),
+    status: text("status", { enum: EVAL_STATUSES }).notNull().default("running"),
+    createdAt: createdAt(),
+    endedAt: integer("ended_at", { mode: "timestamp_ms" }),
+    summaryJson: text("summary_json"),
+  },
+  (t) => [
+    index("eval_runs_org_created_idx").on(t.orgId, t.createdAt),
+    index("eval_runs_taskset_idx").on(t.orgId, t.tasksetId, t.agent, t.createdAt),
+  ],
+);

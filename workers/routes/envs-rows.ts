@@ -10,28 +10,31 @@ import { requireApiKey } from "../middleware/auth.js";
 import { ApiError } from "../problem.js";
 
 /**
- * An org's own rollout rows, an hour of the lake at a time (the hour of each rollout's start): what
- * `sextant envs export` reads, so exporting needs an API key and never the operator's access. Rows
- * come as the lake holds them, content sealed to the org's key; other orgs' rows in the same files
- * are never returned.
+ * An org's own rollout and eval-attempt rows, an hour of the lake at a time (the hour of each
+ * rollout's start, of each eval run's creation): what `sextant envs export` reads, so exporting
+ * needs an API key and never the operator's access. Rows come as the lake holds them, content
+ * sealed to the org's key; other orgs' rows in the same files are never returned.
  */
 export const envRows = new Hono<AppEnv>()
   .use(requireApiKey)
   .use(limit("admin"))
   .get("/:table", async (c) => {
     const table = CaptureTable.safeParse(c.req.param("table"));
-    if (!table.success) throw new ApiError("not_found", "The tables are rollouts and rollout_steps.");
+    if (!table.success) throw new ApiError("not_found", "The tables are rollouts, rollout_steps and eval_attempts.");
     const query = RowsQuery.safeParse(c.req.query());
     if (!query.success)
       throw new ApiError(
         "invalid_request",
         query.error.issues.map((i) => `${i.path.join(".") || "query"}: ${i.message}`).join("; "),
       );
-    const { day, hour, run, rollout } = query.data;
+    const { day, hour, run, rollout, eval: evalId } = query.data;
     const orgId = c.get("principal").org.id;
     const prefix = partitionPrefix({ table: table.data, day, hour });
     const keep = (row: LakeRow) =>
-      row.org_id === orgId && (!run || row.run_id === run) && (!rollout || row.rollout_id === rollout);
+      row.org_id === orgId &&
+      (!run || row.run_id === run) &&
+      (!rollout || row.rollout_id === rollout) &&
+      (!evalId || row.eval_id === evalId);
     for (let attempt = 0; ; attempt++) {
       try {
         const rows: LakeRow[] = [];
