@@ -7,14 +7,14 @@
  */
 import { and, desc, eq, inArray, sql } from "drizzle-orm";
 import type { Context } from "hono";
-import type { BrokenTask, EvalRun, EvalSummary } from "../../protocol/evals/api.js";
+import type { BrokenTask, EvalReport, EvalRun, EvalSummary } from "../../protocol/evals/api.js";
 import type { EvalAttempts } from "../../durable-objects/env-run/eval-rows.js";
 import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
 import { evalRuns } from "../db/schema.js";
 import { runStubOf } from "../envs/rollout-runs.js";
 import { ApiError } from "../problem.js";
-import { brokenTasks, taskRewards } from "./report.js";
+import { brokenTasks, evalReport, taskRewards } from "./report.js";
 
 export type EvalRunRow = typeof evalRuns.$inferSelect;
 
@@ -120,6 +120,25 @@ export async function brokenOf(c: Context<AppEnv>, orgId: string, taskset: strin
     return row ? (stored(row)?.rewards ?? null) : null;
   };
   return brokenTasks(await latest("oracle"), await latest("noop"));
+}
+
+/**
+ * The run's report as it stands (`GET /v1/evals/runs/{id}`, and the dashboard's): the manifest
+ * brought up to date with its run, and its summary kept once the run has ended. Null when its
+ * rollout run's object has no such run. `broken` reads the task set's broken tasks, by default
+ * from its latest oracle and noop runs.
+ */
+export async function currentReport(
+  c: Context<AppEnv>,
+  row: EvalRunRow,
+  broken: () => Promise<Map<number, BrokenTask>> = () => brokenOf(c, row.orgId, row.tasksetId),
+): Promise<EvalReport | null> {
+  const played = await playedOf(c, row);
+  if (!played) return null;
+  const current = await settle(c, row, played);
+  const report = evalReport(evalRunOf(current), played, await broken());
+  await keepSummary(c, current, report.summary);
+  return report;
 }
 
 /** The org's eval runs, newest first, each brought up to date with its run. */

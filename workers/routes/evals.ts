@@ -15,8 +15,7 @@ import type { AppEnv } from "../app-env.js";
 import { database } from "../db/client.js";
 import { evalRuns } from "../db/schema.js";
 import { eventStream, prepareRun, resumeAfter, runStubOf } from "../envs/rollout-runs.js";
-import { evalReport } from "../evals/report.js";
-import { brokenOf, evalRunOf, keepSummary, listEvalRuns, ownEvalRun, playedOf, settle } from "../evals/runs.js";
+import { currentReport, evalRunOf, listEvalRuns, ownEvalRun } from "../evals/runs.js";
 import { limit } from "../limits/enforce.js";
 import { requireApiKey } from "../middleware/auth.js";
 import { jsonBody, validated } from "../middleware/json-body.js";
@@ -78,11 +77,8 @@ export const evals = new Hono<AppEnv>()
   })
   .get("/runs/:id", async (c) => {
     const row = await ownEvalRun(c, c.req.param("id"));
-    const played = await playedOf(c, row);
-    if (!played) throw new ApiError("not_found", `No eval run \`${row.id}\` in your org.`);
-    const current = await settle(c, row, played);
-    const report = evalReport(evalRunOf(current), played, await brokenOf(c, row.orgId, row.tasksetId));
-    await keepSummary(c, current, report.summary);
+    const report = await currentReport(c, row);
+    if (!report) throw new ApiError("not_found", `No eval run \`${row.id}\` in your org.`);
     return c.json(report);
   })
   .get("/runs/:id/events", async (c) => {
