@@ -1,9 +1,40 @@
 /** What the operator's dashboard shows (`GET /admin/dashboard/data`): computed at the edge, workers/dashboard/data.ts. */
+import type { EvalReport, EvalRun, EvalSummary } from "./evals/api.js";
+import type { RunComparison } from "./evals/stats.js";
 import type { GatewayStatus } from "./gateway.js";
 import type { AbuseThrottle } from "./schemas.js";
 
-/** Days of usage and agent tasks the dashboard shows, ending with the day asked for. */
+/** Days of usage, agent tasks and eval runs the dashboard shows, ending with the day asked for. */
 export const USAGE_DAYS = 14;
+
+/** Eval runs the dashboard lists, at most: the newest of its days. */
+export const EVAL_RUNS_SHOWN = 200;
+
+/** Whose a run is, as the other panels name an org. */
+export interface EvalOwner {
+  orgId: string;
+  orgName: string;
+}
+
+/**
+ * An eval run in the dashboard's list: its manifest and its figures (`protocol/evals/stats.ts`).
+ * An ended run's figures are those its report kept once it had ended; a running run's are its
+ * attempts so far. Null when its rollout run cannot be read.
+ */
+export type DashboardEvalRun = EvalRun & EvalOwner & { summary: EvalSummary | null };
+
+/** `GET /admin/dashboard/evals/{id}`: any org's run, as its owner's `GET /v1/evals/runs/{id}` reports it. */
+export type DashboardEvalReport = EvalReport & EvalOwner;
+
+/**
+ * `GET /admin/dashboard/evals/compare?a=&b=`: both reports and `b` against `a` task by task, by
+ * `compareRuns` with its defaults (the interval the CLI's `sextant eval compare` prints).
+ */
+export interface DashboardEvalComparison {
+  a: DashboardEvalReport;
+  b: DashboardEvalReport;
+  comparison: RunComparison;
+}
 
 export interface TabFigures {
   shown: number;
@@ -51,4 +82,6 @@ export interface DashboardData {
     outcomes: Record<string, number>;
   };
   gateway: GatewayStatus | { error: string };
+  /** The eval runs made in `usage.days`, every org's, newest first. */
+  evals: { runs: DashboardEvalRun[] };
 }

@@ -17,6 +17,12 @@ declare module "*.html" {
   export default text;
 }
 
+// The dashboard's Evals panel: a browser script, served as it is (a Text module).
+declare module "*/dashboard/evals-panel.js" {
+  const text: string;
+  export default text;
+}
+
 // uPlot's browser build and its stylesheet, served to the dashboard as they ship (Text modules).
 declare module "uplot/dist/uPlot.iife.min.js" {
   const text: string;

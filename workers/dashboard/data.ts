@@ -1,7 +1,8 @@
 /**
  * What the operator's dashboard shows, computed at the edge: tab acceptance and latency from the
  * lake's Parquet files (the same files a data team queries, so the figures agree with theirs), usage
- * and agent tasks from D1, abuse throttles, rate-limit refusals and the gateway's health.
+ * and agent tasks from D1, abuse throttles, rate-limit refusals, the gateway's health and the eval
+ * runs of the window (evals.ts).
  *
  * Definitions, stated once (docs/data-pipeline.md, "The operator's dashboard"):
  * - acceptance rate: `tab.accepted` events over `tab.shown` events;
@@ -9,15 +10,18 @@
  *   `outcome = 'completed'`, as discrete percentiles (DuckDB's `quantile_disc`).
  */
 import { and, desc, eq, gte, lte, sql } from "drizzle-orm";
+import type { Context } from "hono";
 import { USAGE_DAYS, type DashboardData, type TabFigures } from "../../protocol/dashboard.js";
 import type { GatewayStatus } from "../../protocol/gateway.js";
 import { listThrottles } from "../db/abuse.js";
 import { database } from "../db/client.js";
 import { agentTasks, apiKeys, orgs, usageDaily } from "../db/schema.js";
 import type { LakeRow } from "../../protocol/lake.js";
+import type { AppEnv } from "../app-env.js";
 import { readDay } from "../lake/read.js";
 import { ApiError } from "../problem.js";
 import { gatewayStatus } from "../routes/admin/gateway.js";
+import { evalRunsBetween } from "./evals.js";
 
 const DAY_MS = 86_400_000;
 
@@ -59,10 +63,11 @@ async function safeGateway(env: Env): Promise<GatewayStatus | { error: string }>
   }
 }
 
-export async function dashboardData(env: Env, day: string): Promise<DashboardData> {
+export async function dashboardData(c: Context<AppEnv>, day: string): Promise<DashboardData> {
+  const env = c.env;
   const db = database(env.DB);
   const from = shiftDay(day, 1 - USAGE_DAYS);
-  const [events, requests, refusals, usageRows, tasks, throttles, gateway] = await Promise.all([
+  const [events, requests, refusals, usageRows, tasks, throttles, gateway, evalRuns] = await Promise.all([
     readDay(env.LAKE, "editor_events", day, ["type", "outcome"]),
     readDay(env.LAKE, "edge_requests", day, ["class", "outcome", "ttft_ms", "total_ms"]),
     readDay(env.LAKE, "refusals", day, ["class", "limit"]),
@@ -101,6 +106,7 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
       .groupBy(sql`1`),
     listThrottles(db),
     safeGateway(env),
+    evalRunsBetween(c, new Date(Date.parse(from)), new Date(Date.parse(day) + DAY_MS - 1)),
   ]);
 
   const tabRequests = (rows: Record<string, unknown>[]) =>
@@ -159,5 +165,6 @@ export async function dashboardData(env: Env, day: string): Promise<DashboardDat
     throttles,
     agents: { createdByDay: days.map((d) => ({ day: d, tasks: tasksByDay.get(d) ?? 0 })), outcomes },
     gateway,
+    evals: { runs: evalRuns },
   };
 }

@@ -2,7 +2,9 @@
  * The operator's dashboard, `/admin/dashboard`: a login form that takes the admin secret and sets a
  * session cookie, then a page of charts and tables (page.html, drawn with uPlot) whose data is
  * computed at the edge and embedded in it. `GET /admin/dashboard/data` answers the same data as
- * JSON, to the cookie or to `Authorization: Bearer <admin secret>`. Sign-in and sign-out take only
+ * JSON, to the cookie or to `Authorization: Bearer <admin secret>`, and so do the Evals panel's
+ * reads: `GET /admin/dashboard/evals/{id}` (any org's eval run, reported) and
+ * `GET /admin/dashboard/evals/compare?a=&b=` (run b against run a). Sign-in and sign-out take only
  * requests from the dashboard's own origin, and failed sign-ins are throttled (login-throttle.ts).
  */
 import { Hono, type Context } from "hono";
@@ -11,11 +13,14 @@ import { html as markup } from "hono/html";
 import uplotCss from "uplot/dist/uPlot.min.css";
 import uplotJs from "uplot/dist/uPlot.iife.min.js";
 import { z } from "zod";
+import { EvalRunId } from "../../../protocol/evals/api.js";
 import { LakeDay } from "../../../protocol/lake.js";
 import type { AppEnv } from "../../app-env.js";
 import { bearerToken } from "../../auth/authenticate.js";
 import page from "../../dashboard/page.html";
 import { dashboardData } from "../../dashboard/data.js";
+import { dashboardEvalComparison, dashboardEvalReport } from "../../dashboard/evals.js";
+import evalsPanel from "../../dashboard/evals-panel.js";
 import { beginLogin } from "../../dashboard/login-throttle.js";
 import { SESSION_COOKIE, SESSION_PATH, SESSION_TTL_MS, sessionToken, validSession } from "../../dashboard/session.js";
 import { isAdminSecret } from "../../middleware/auth.js";
@@ -24,6 +29,7 @@ import { sameOriginOnly } from "../../middleware/same-origin.js";
 import { ApiError } from "../../problem.js";
 
 const Query = z.strictObject({ day: LakeDay.optional() });
+const CompareQuery = z.strictObject({ a: EvalRunId, b: EvalRunId });
 
 /** The sign-in form's one field; the admin secret is at least 32 characters, and no secret is kilobytes long. */
 const SignIn = z.strictObject({ secret: z.string().min(1, "the admin secret is required").max(1024) });
@@ -66,10 +72,20 @@ async function signedIn(c: Context<AppEnv>): Promise<boolean> {
   return validSession(secret, getCookie(c, SESSION_COOKIE));
 }
 
+/** The data routes answer 401 to anyone else (the page itself answers the sign-in form). */
+async function requireSignedIn(c: Context<AppEnv>): Promise<void> {
+  if (!(await signedIn(c)))
+    throw new ApiError("unauthenticated", "Sign in to the dashboard, or send the admin secret as a bearer token.", {
+      headers: { "WWW-Authenticate": 'Bearer realm="sextant-admin"' },
+    });
+}
+
+const noStore = { "Cache-Control": "no-store" };
+
 /** An HTML answer: nothing cached, framed or referred, and only this edge's scripts (plus the page's own, by nonce). */
 function html(c: Context<AppEnv>, body: string, status: 200 | 403 = 200, nonce?: string): Response {
   return c.html(body, status, {
-    "Content-Security-Policy": `default-src 'none'; script-src 'self'${nonce ? ` 'nonce-${nonce}'` : ""}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
+    "Content-Security-Policy": `default-src 'none'; script-src 'self'${nonce ? ` 'nonce-${nonce}'` : ""}; connect-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
@@ -102,7 +118,7 @@ export const adminDashboard = new Hono<AppEnv>()
   .get("/", async (c) => {
     const { day = todayUtc() } = validated(Query, c.req.query(), "query");
     if (!(await signedIn(c))) return loginPage(c);
-    const data = await dashboardData(c.env, day);
+    const data = await dashboardData(c, day);
     const nonce = crypto.randomUUID().replace(/-/g, "");
     // `<` escaped: no value (an org's name) can close the data's script element.
     const json = JSON.stringify(data).replace(/</g, "\\u003c");
@@ -115,11 +131,17 @@ export const adminDashboard = new Hono<AppEnv>()
   })
   .get("/data", async (c) => {
     const { day = todayUtc() } = validated(Query, c.req.query(), "query");
-    if (!(await signedIn(c)))
-      throw new ApiError("unauthenticated", "Sign in to the dashboard, or send the admin secret as a bearer token.", {
-        headers: { "WWW-Authenticate": 'Bearer realm="sextant-admin"' },
-      });
-    return c.json(await dashboardData(c.env, day), 200, { "Cache-Control": "no-store" });
+    await requireSignedIn(c);
+    return c.json(await dashboardData(c, day), 200, noStore);
+  })
+  .get("/evals/compare", async (c) => {
+    await requireSignedIn(c);
+    const { a, b } = validated(CompareQuery, c.req.query(), "query");
+    return c.json(await dashboardEvalComparison(c, a, b), 200, noStore);
+  })
+  .get("/evals/:id", async (c) => {
+    await requireSignedIn(c);
+    return c.json(await dashboardEvalReport(c, c.req.param("id")), 200, noStore);
   })
   .post("/session", async (c) => {
     const secret = secretOf(c);
@@ -147,6 +169,13 @@ export const adminDashboard = new Hono<AppEnv>()
     c.body(uplotJs, 200, {
       "Content-Type": "text/javascript; charset=utf-8",
       "Cache-Control": "public, max-age=86400",
+    }),
+  )
+  // Revalidated on each load: unlike uPlot's pinned build, the panel changes with the edge.
+  .get("/assets/evals.js", (c) =>
+    c.body(evalsPanel, 200, {
+      "Content-Type": "text/javascript; charset=utf-8",
+      "Cache-Control": "no-cache",
     }),
   )
   .get("/assets/uplot.css", (c) =>
