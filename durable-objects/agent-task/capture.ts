@@ -53,14 +53,12 @@ async function keptCalls(storage: DurableObjectStorage, key: CryptoKey): Promise
   return Promise.all([...kept.values()].map((sealed) => unseal<CapturedCall>(key, sealed)));
 }
 
-const total = (calls: CapturedCall[], of: (c: CapturedCall) => number | null) =>
-  calls.length && calls.every((c) => of(c) !== null) ? calls.reduce((s, c) => s + of(c)!, 0) : null;
-
-/** What the run's `rollouts` row needs from the rollout: its sealed opening and token counts. */
+/**
+ * What the run's `rollouts` row needs from the capture: its sealed opening. Its token counts come
+ * from the task's usage, counted for every rollout whether or not it is captured.
+ */
 export interface RolloutCapture {
   sealedOpening: SealedOpening;
-  promptTokens: number | null;
-  completionTokens: number | null;
 }
 
 /**
@@ -112,7 +110,5 @@ export async function captureRollout(
   const opening = rows.rollouts[0]!;
   return {
     sealedOpening: { content_key_id: String(opening.content_key_id), content: String(opening.content) },
-    promptTokens: total(calls, (c) => c.promptTokens),
-    completionTokens: total(calls, (c) => c.completionTokens),
   };
 }

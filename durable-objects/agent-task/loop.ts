@@ -297,6 +297,9 @@ export async function recordTurn(
   host.storage.transactionSync(() => {
     current.usage.turns = turn;
     current.usage.tokens += parsed.tokens;
+    // A task begun before the split was counted keeps it unknown rather than counting only later turns.
+    if (current.usage.promptTokens !== undefined) current.usage.promptTokens += parsed.promptTokens;
+    if (current.usage.completionTokens !== undefined) current.usage.completionTokens += parsed.completionTokens;
     host.store.saveState(current);
     host.store.appendEvent("turn.started", startedAt, sealedStart);
     host.store.appendMessage(sealedMessage);

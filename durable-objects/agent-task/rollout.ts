@@ -2,11 +2,12 @@
  * A rollout's end: once its loop has ended, the task's tests score its tree (once: the verify call
  * id makes a repeat answer the record), its conversation is sent to the lake as `rollout_steps` rows
  * sealed to its org's key (`capture.ts`; a rollout played without a model has none), and its run is
- * told (`ENV_RUN`'s `rolloutEnded`, with the sealed opening its `rollouts` row needs and the
- * verifier's log sealed to the org's key), each retried by the task's alarm with backoff. Out of
- * tries at verifying, the run is told there is no reward and why; out of tries at capturing, the
- * run is told without the opening and the log (the gateway's rows of each call stand); out of tries
- * at telling it, the run learns of the end when it reads the task.
+ * told (`ENV_RUN`'s `rolloutEnded`, with its prompt and completion tokens from its usage, counted
+ * whether or not it is captured, the sealed opening its `rollouts` row needs and the verifier's log
+ * sealed to the org's key), each retried by the task's alarm with backoff. Out of tries at
+ * verifying, the run is told there is no reward and why; out of tries at capturing, the run is told
+ * without the opening and the log (the gateway's rows of each call stand); out of tries at telling
+ * it, the run learns of the end when it reads the task.
  */
 import type { VerifyResponse } from "../../protocol/envs/api.js";
 import type { RolloutEnded } from "../../protocol/envs/run.js";
@@ -87,6 +88,8 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       usage: current.usage,
       startedAt: current.startedAt,
       endedAt: current.endedAt,
+      promptTokens: current.usage.promptTokens ?? null,
+      completionTokens: current.usage.completionTokens ?? null,
       ...(capture ?? {}),
       ...(sealedVerifierLog ? { sealedVerifierLog } : {}),
     };

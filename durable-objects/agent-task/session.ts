@@ -158,7 +158,15 @@ export class EnvTasks {
       model: input.model ?? "client",
       status: "running",
       limits,
-      usage: { turns: 0, tokens: 0, toolCalls: 0, sandboxSeconds: 0, outputBytes: 0 },
+      usage: {
+        turns: 0,
+        tokens: 0,
+        promptTokens: 0,
+        completionTokens: 0,
+        toolCalls: 0,
+        sandboxSeconds: 0,
+        outputBytes: 0,
+      },
       endReason: null,
       createdAt: now.toISOString(),
       startedAt: now.toISOString(),
@@ -209,7 +217,7 @@ export class EnvTasks {
   view(state: TaskState): Session {
     const env = state.env!;
     const { tokens: _tokens, ...limits } = state.limits;
-    const { tokens: _used, ...usage } = state.usage;
+    const { tokens: _used, promptTokens: _prompt, completionTokens: _completion, ...usage } = state.usage;
     return {
       id: state.id,
       status: state.status === "uploading" ? "running" : state.status,
@@ -263,6 +271,8 @@ export class EnvTasks {
       content: request.content ?? null,
       toolCalls,
       tokens: 0,
+      promptTokens: 0,
+      completionTokens: 0,
     });
     if (toolCalls.length === 0) {
       // As in the production loop, an answer without calls ends the task.
@@ -299,7 +309,7 @@ export class EnvTasks {
       }),
     );
     const state = this.mustEnv();
-    const { tokens: _tokens, ...usage } = state.usage;
+    const { tokens: _tokens, promptTokens: _prompt, completionTokens: _completion, ...usage } = state.usage;
     return {
       index,
       results,

@@ -114,13 +114,15 @@ export interface ParsedAnswer {
   content: string | null;
   toolCalls: ModelToolCall[];
   tokens: number;
+  promptTokens: number;
+  completionTokens: number;
 }
 
 /** The assistant's message and usage from a chat completion, or null if the body is not one. */
 export function parseAnswer(body: unknown): ParsedAnswer | null {
   const b = body as {
     choices?: { message?: { content?: unknown; tool_calls?: unknown } }[];
-    usage?: { total_tokens?: unknown };
+    usage?: { total_tokens?: unknown; prompt_tokens?: unknown; completion_tokens?: unknown };
   } | null;
   const message = b?.choices?.[0]?.message;
   if (!message) return null;
@@ -131,8 +133,14 @@ export function parseAnswer(body: unknown): ParsedAnswer | null {
     const args = typeof call.function.arguments === "string" ? call.function.arguments : "{}";
     return [{ id: call.id, type: "function" as const, function: { name: call.function.name, arguments: args } }];
   });
-  const tokens = typeof b?.usage?.total_tokens === "number" ? b.usage.total_tokens : 0;
-  return { content: typeof message.content === "string" ? message.content : null, toolCalls, tokens };
+  const count = (n: unknown) => (typeof n === "number" ? n : 0);
+  return {
+    content: typeof message.content === "string" ? message.content : null,
+    toolCalls,
+    tokens: count(b?.usage?.total_tokens),
+    promptTokens: count(b?.usage?.prompt_tokens),
+    completionTokens: count(b?.usage?.completion_tokens),
+  };
 }
 
 /**

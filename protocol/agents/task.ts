@@ -119,7 +119,15 @@ export type EndReason = z.infer<typeof EndReason>;
 
 export const TaskUsage = z.object({
   turns: z.number().int(),
+  /** The model's tokens, as its answers count them (`usage.total_tokens`); what the token budget spends. */
   tokens: z.number().int(),
+  /**
+   * The same answers' `usage.prompt_tokens` and `usage.completion_tokens`, what a price applies to.
+   * Absent on a task begun before they were counted: its earlier turns' split is unknown, and a sum
+   * of its later turns alone would understate it.
+   */
+  promptTokens: z.number().int().optional(),
+  completionTokens: z.number().int().optional(),
   toolCalls: z.number().int(),
   sandboxSeconds: z.number(),
   outputBytes: z.number().int(),

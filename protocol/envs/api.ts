@@ -109,7 +109,7 @@ export const ToolMessage = z.object({ role: z.literal("tool"), tool_call_id: z.s
 
 export const SESSION_STATUSES = ["running", "finished", "failed", "cancelled"] as const;
 
-export const SessionUsage = TaskUsage.omit({ tokens: true });
+export const SessionUsage = TaskUsage.omit({ tokens: true, promptTokens: true, completionTokens: true });
 
 export const StepResponse = z.object({
   index: z.number().int(),

@@ -29,7 +29,10 @@ export interface RolloutEnded {
    * rollout was not captured (its org has no sealing key, or its conversation could not be read).
    */
   sealedOpening?: SealedOpening;
-  /** Prompt and completion tokens over its model calls, as the backend counted them (null: not reported). */
+  /**
+   * Prompt and completion tokens over its model calls, as the backend counted them (its usage's; 0
+   * for a rollout played without a model). Null: not known (the rollout began before they were counted).
+   */
   promptTokens?: number | null;
   completionTokens?: number | null;
   /**

@@ -67,6 +67,10 @@ describe("agent tasks through npm start", () => {
       expect(task.status, JSON.stringify(log.at(-1))).toBe("finished");
       expect(task.endReason).toBe("finished");
       expect(task.usage.turns).toBe(4);
+      // The simulator counts each answer's prompt and completion tokens apart; the task sums each.
+      expect(task.usage.promptTokens).toBeGreaterThan(0);
+      expect(task.usage.completionTokens).toBeGreaterThan(0);
+      expect(task.usage.promptTokens! + task.usage.completionTokens!).toBe(task.usage.tokens);
       // The last command the agent ran is the test suite, and it passed in the sandbox.
       const results = log.filter((e) => e.type === "tool.result" && e.data?.tool === "run_terminal");
       expect(results).toHaveLength(2);

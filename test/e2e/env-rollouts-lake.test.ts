@@ -201,6 +201,7 @@ describe("a rollout run's capture", () => {
       });
       expect(row.prompt_tokens).toBeGreaterThan(0);
       expect(row.completion_tokens).toBeGreaterThan(0);
+      expect(Number(row.prompt_tokens) + Number(row.completion_tokens)).toBe(e.tokens);
     }
 
     // Each task's advantages, worked by hand from its members' rewards.

@@ -94,6 +94,8 @@ let pair: OrgKeyPair;
 let keyId: string;
 let taskset: string;
 const shas: string[] = [];
+/** The first fixture's archive and manifest entry, for an org of the test's own to upload. */
+let solvable: { sha256: string; archive: Uint8Array; entry: unknown };
 let gatewayConfig: string;
 const persistTo = mkdtempSync(join(tmpdir(), "sextant-state-"));
 const configDir = mkdtempSync(join(tmpdir(), "sextant-config-"));
@@ -120,6 +122,7 @@ beforeAll(async () => {
     });
     shas.push(task.sha256);
   }
+  solvable = { sha256: checked[0]!.sha256, archive: checked[0]!.archive, entry: manifest[0] };
   simulator = await startSimulator({ backends: LOCAL_BACKENDS.map((b) => ({ ...b, agentScripts: scripts })) });
   const config = localGatewayConfig(Object.fromEntries(simulator.backends.map((b) => [b.id, b.url])));
   config.pools.chat = { ...config.pools.chat!, price: PRICE };
@@ -307,6 +310,43 @@ describe("an eval run with a scripted policy", () => {
     const list = await request("GET", "/v1/evals/runs", undefined, other.key);
     expect(EvalRunList.parse(await list.json()).runs).toEqual([]);
   });
+
+  it("prices the attempts of an org that has no sealing key, from its tasks' own token counts", async () => {
+    // Nothing of this org's is captured: its rollouts' prompt and completion tokens are counted all the same.
+    const bare = await makeOrg(stack.edge, "evals-no-sealing-key");
+    const put = await fetch(`${stack.edge.baseURL}/v1/envs/archives/${solvable.sha256}`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${bare.key}`, "Content-Type": "application/gzip" },
+      body: solvable.archive as Uint8Array<ArrayBuffer>,
+    });
+    expect(put.status, await put.clone().text()).toBe(201);
+    const set = await rawCall(stack.edge, bare.key, "POST", "/v1/envs/tasksets", { tasks: [solvable.entry] });
+    expect(set.status, JSON.stringify(set.json)).toBe(201);
+    const body = { ...modelRun(1), taskset: (set.json as { id: string }).id, attempts: 1 };
+    const made = await request("POST", "/v1/evals/runs", body, bare.key);
+    expect(made.status, made.ok ? "" : await made.clone().text()).toBe(201);
+    const id = EvalRun.parse(await made.json()).id;
+    const deadline = Date.now() + 300_000;
+    let r: EvalReport;
+    for (;;) {
+      const res = await request("GET", `/v1/evals/runs/${id}`, undefined, bare.key);
+      expect(res.status, res.ok ? "" : await res.clone().text()).toBe(200);
+      r = EvalReport.parse(await res.json());
+      if (r.status === "ended") break;
+      if (Date.now() > deadline) throw new Error(`eval run ${id} never ended`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    const [attempt] = r.tasks.flatMap((t) => t.attempts);
+    expect(attempt).toMatchObject({ passed: true, outcome: "finished" });
+    expect(attempt!.promptTokens).toBeGreaterThan(0);
+    expect(attempt!.completionTokens).toBeGreaterThan(0);
+    expect(attempt!.promptTokens! + attempt!.completionTokens!).toBe(attempt!.tokens);
+    expect(attempt!.costUsd).toBeCloseTo(
+      (attempt!.promptTokens! * PRICE.input + attempt!.completionTokens! * PRICE.output) / 1e6,
+      12,
+    );
+    expect(r.summary.costUsd).toBeCloseTo(attempt!.costUsd!, 12);
+  }, 400_000);
 
   it("refuses bad bodies and unknown names", async () => {
     const post = (body: unknown) => request("POST", "/v1/evals/runs", body);

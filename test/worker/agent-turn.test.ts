@@ -191,7 +191,7 @@ describe("a turn's gateway call", () => {
 });
 
 describe("reading the model's answer", () => {
-  it("takes the message, its tool calls and the tokens", () => {
+  it("takes the message, its tool calls and the tokens, prompt and completion apart", () => {
     const parsed = parseAnswer({
       choices: [
         {
@@ -204,12 +204,20 @@ describe("reading the model's answer", () => {
           },
         },
       ],
-      usage: { total_tokens: 42 },
+      usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42 },
     });
     expect(parsed).toEqual({
       content: "Reading.",
       toolCalls: [{ id: "c1", type: "function", function: { name: "read_file", arguments: '{"path":"a"}' } }],
       tokens: 42,
+      promptTokens: 30,
+      completionTokens: 12,
+    });
+    // An answer without usage counts nothing, in each of its counts.
+    expect(parseAnswer({ choices: [{ message: { content: "Done." } }] })).toMatchObject({
+      tokens: 0,
+      promptTokens: 0,
+      completionTokens: 0,
     });
     expect(parseAnswer({ error: "x" })).toBeNull();
   });
