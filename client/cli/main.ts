@@ -5,6 +5,7 @@ import { agentCommands } from "./commands/agent.js";
 import { envCapture } from "./commands/env-capture.js";
 import { envPush } from "./commands/env-push.js";
 import { envRollouts } from "./commands/env-rollouts.js";
+import { evalCommands } from "./commands/eval.js";
 import { eventCommands } from "./commands/events.js";
 import { keys } from "./commands/keys.js";
 import { login } from "./commands/login.js";
@@ -36,6 +37,7 @@ export function buildProgram(): Command {
     envPush,
     envRollouts,
     envCapture,
+    evalCommands,
     eventCommands,
     keys,
     usage,

@@ -61,15 +61,11 @@ export function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + "\n");
 }
 
-/** A plain aligned table; empty cells print as "-". */
-export function printTable<T>(
-  rows: T[],
-  columns: [header: string, cell: (row: T) => string | null | undefined][],
-): void {
-  if (rows.length === 0) {
-    process.stdout.write("(none)\n");
-    return;
-  }
+export type TableColumns<T> = [header: string, cell: (row: T) => string | null | undefined][];
+
+/** A plain aligned table, each line ending in a newline; empty cells show as "-". */
+export function formatTable<T>(rows: T[], columns: TableColumns<T>): string {
+  if (rows.length === 0) return "(none)\n";
   const cells = rows.map((row) => columns.map(([, cell]) => cell(row) || "-"));
   const widths = columns.map(([header], i) => Math.max(header.length, ...cells.map((r) => r[i]!.length)));
   const line = (values: string[]) =>
@@ -77,8 +73,11 @@ export function printTable<T>(
       .map((v, i) => v.padEnd(widths[i]!))
       .join("  ")
       .trimEnd() + "\n";
-  process.stdout.write(line(columns.map(([header]) => header.toUpperCase())));
-  for (const row of cells) process.stdout.write(line(row));
+  return [columns.map(([header]) => header.toUpperCase()), ...cells].map(line).join("");
+}
+
+export function printTable<T>(rows: T[], columns: TableColumns<T>): void {
+  process.stdout.write(formatTable(rows, columns));
 }
 
 export function printFields(fields: [label: string, value: string][]): void {

@@ -17,13 +17,13 @@ import { client, UsageError, type GlobalOptions } from "../context.js";
 import { printJson } from "../output.js";
 
 /** What `keygen` writes: the private key as a JWK, with the id rows name it by. */
-interface KeyFile {
+export interface KeyFile {
   keyId: string;
   publicKey: string;
   privateJwk: JsonWebKey;
 }
 
-function readKeyFile(path: string): KeyFile {
+export function readKeyFile(path: string): KeyFile {
   let parsed: Partial<KeyFile>;
   try {
     parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<KeyFile>;
