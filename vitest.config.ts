@@ -21,6 +21,7 @@ const BENCH_SMOKE = [
   "test/e2e/bench-smoke-gateway.test.ts",
   "test/e2e/bench-smoke-agents.test.ts",
   "test/e2e/bench-smoke-envs.test.ts",
+  "test/e2e/bench-smoke-evals.test.ts",
 ];
 
 /**
