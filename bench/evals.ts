@@ -14,7 +14,8 @@
  * - the report read: `GET /v1/evals/runs/{id}` after each eval run ends, the first read apart (it
  *   settles the run's manifest) from the ones after it.
  *
- * Each run's sandboxes are removed from the host once it has ended, untimed (`releaseSandboxes`).
+ * Each member destroys its sandbox once it has reported; what is left of a run's is removed once it
+ * has ended, untimed (`releaseSandboxes`).
  *
  *   npx tsx bench/evals.ts   # BENCH_EVAL_ATTEMPTS=4 BENCH_EVAL_ROUNDS=6 BENCH_EVAL_CONCURRENCY=8,32 BENCH_EVAL_READS=5
  */
@@ -156,16 +157,16 @@ export async function timedRolloutRun(env: EnvStack, shape: RunShape): Promise<T
 }
 
 /**
- * Removes a timed run's sandboxes from the host (each rollout's sandbox is named by its rollout id,
- * `<run>-<member>`). A rollout keeps its sandbox after it ends until the host's idle limit (its wall
- * time and an hour), and one org holds at most half the host's 1,024 sandboxes, so without this the
- * runs after the fifth of 100 attempts would wait for room and end unplayed.
+ * Removes what is left of a timed run's sandboxes on the host (each rollout's sandbox is named by
+ * its rollout id, `<run>-<member>`). A rollout destroys its own once it has reported, just after its
+ * run hears of its end, so most are gone (404) or going; this makes sure none plays beside the next run.
  */
 async function releaseSandboxes(env: EnvStack, run: TimedRun): Promise<void> {
   const ids = Array.from({ length: run.summary.rollouts }, (_, m) => `${run.rolloutRun}-${m}`);
   const worker = async () => {
     for (let id = ids.pop(); id !== undefined; id = ids.pop()) {
-      expectStatus(await env.host("DELETE", `/v1/sandboxes/${id}`), 204, `removing sandbox ${id}`);
+      const removed = await env.host("DELETE", `/v1/sandboxes/${id}`);
+      expectStatus(removed, removed.status === 404 ? 404 : 204, `removing sandbox ${id}`);
     }
   };
   await Promise.all(Array.from({ length: 8 }, worker));

@@ -7,7 +7,10 @@
  * sealed to the org's key), each retried by the task's alarm with backoff. Out of tries at
  * verifying, the run is told there is no reward and why; out of tries at capturing, the run is told
  * without the opening and the log (the gateway's rows of each call stand); out of tries at telling
- * it, the run learns of the end when it reads the task.
+ * it, the run learns of the end when it reads the task. Once reported, the rollout's sandbox is
+ * destroyed on its host (retried the same way; out of tries, the host's idle limit takes it): nothing
+ * reads a rollout's tree after its report, and the host holds each org to a number of sandboxes, so
+ * one kept for its idle limit would take a place from the org's next rollouts.
  */
 import type { VerifyResponse } from "../../protocol/envs/api.js";
 import type { RolloutEnded } from "../../protocol/envs/run.js";
@@ -26,8 +29,13 @@ const MAX_REPORT_TRIES = 12;
 const MAX_CAPTURE_TRIES = 3;
 
 export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: TaskState): Promise<void> {
+  if (!state.env!.reported && !(await report(host, tasks, state))) return;
+  await releaseSandbox(host);
+}
+
+/** Verifies, captures and tells the run; false when a step waits for another try. */
+async function report(host: SessionHost, tasks: EnvTasks, state: TaskState): Promise<boolean> {
   const env = state.env!;
-  if (env.reported) return;
   let verifyError: string | undefined;
   if (env.reward === undefined) {
     try {
@@ -36,7 +44,7 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
       else await tasks.verifyNow(state, key);
     } catch (err) {
       if (!(err instanceof SandboxUnavailable)) throw err;
-      if (err.status !== 404 && (await retry(host))) return;
+      if (err.status !== 404 && (await retry(host))) return false;
       verifyError = err.message;
     }
   }
@@ -71,7 +79,7 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
         JSON.stringify({ level: "warn", message: "rollout rows not sent", rollout: state.id, error: String(err) }),
       );
       // The run's report waits on a few tries only: its reward matters more than this copy of the rows.
-      if (host.mustState().retries < MAX_CAPTURE_TRIES && (await retry(host))) return;
+      if (host.mustState().retries < MAX_CAPTURE_TRIES && (await retry(host))) return false;
     }
   }
   const current = host.mustState();
@@ -96,11 +104,28 @@ export async function reportRollout(host: SessionHost, tasks: EnvTasks, state: T
     try {
       await runs.get(runs.idFromName(ended.runId)).rolloutEnded(ended);
     } catch {
-      if (await retry(host)) return;
+      if (await retry(host)) return false;
     }
   }
   const done = host.mustState();
   done.env!.reported = true;
+  done.retries = 0;
+  host.store.saveState(done);
+  return true;
+}
+
+/** Destroys the reported rollout's sandbox (a 404 is a sandbox already gone). */
+async function releaseSandbox(host: SessionHost): Promise<void> {
+  const state = host.mustState();
+  if (state.env!.destroyed) return;
+  try {
+    await host.sandbox(state.id).destroy();
+  } catch (err) {
+    if (!(err instanceof SandboxUnavailable)) throw err;
+    if (await retry(host)) return;
+  }
+  const done = host.mustState();
+  done.env!.destroyed = true;
   done.retries = 0;
   host.store.saveState(done);
 }

@@ -109,6 +109,8 @@ export class EnvTasks {
   async create(input: CreateEnvTask): Promise<{ state: TaskState; instruction: string }> {
     const existing = this.host.store.state();
     if (existing) {
+      // A rollout that has reported destroys its sandbox (or is destroying it): the run needs only its state.
+      if (existing.kind === "rollout" && existing.env?.reported) return { state: existing, instruction: "" };
       const info = await this.host.sandbox(existing.id).info();
       return { state: existing, instruction: info.task?.instruction ?? "" };
     }

@@ -74,7 +74,7 @@ export interface EnvTaskState {
   agent?: "oracle" | "noop";
   /** A rollout whose end the run has been told of. */
   reported?: boolean;
-  /** The sandbox was destroyed (the session was deleted or sat idle): nothing more can run. */
+  /** The sandbox was destroyed (the session was deleted or sat idle, the rollout reported): nothing more can run. */
   destroyed?: boolean;
 }
 
