@@ -112,6 +112,22 @@ export class SandboxClient {
     return SandboxInfo.parse(await this.request("POST", "", { ...request, id: this.id }));
   }
 
+  /**
+   * `create`, for a task that has recorded no sandbox: one the host already holds under the task's id
+   * (409) was left by an earlier try of this create whose answer was lost (the edge stopped, or the
+   * connection broke, after the host made it), so nothing has used it; it is destroyed and made
+   * again. One the host is still making answers 409 again, and the caller tries later.
+   */
+  async createAfresh(request: Parameters<SandboxClient["create"]>[0]): Promise<SandboxInfo> {
+    try {
+      return await this.create(request);
+    } catch (err) {
+      if (!(err instanceof SandboxUnavailable && err.status === 409)) throw err;
+      await this.destroy();
+      return this.create(request);
+    }
+  }
+
   /** Sends a task archive to this sandbox's host (`putArchive`), which checks its hash and task. */
   putArchive(sha256: string, archive: Uint8Array): Promise<{ status: number; body: unknown }> {
     const body = new ReadableStream<Uint8Array>({

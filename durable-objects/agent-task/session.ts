@@ -71,6 +71,8 @@ export class EnvTasks {
   /** The request running now: a session's requests run one at a time. */
   private chain: Promise<unknown> = Promise.resolve();
   private busy = 0;
+  /** The create running now (`create`). */
+  private creating: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly host: SessionHost) {}
 
@@ -106,7 +108,20 @@ export class EnvTasks {
     return state as TaskState & { env: NonNullable<TaskState["env"]> };
   }
 
-  async create(input: CreateEnvTask): Promise<{ state: TaskState; instruction: string }> {
+  /**
+   * Makes the task and its sandbox, one create at a time: a second create that met no state while
+   * the first waits on the host would take the first's new sandbox for one a lost create left.
+   */
+  create(input: CreateEnvTask): Promise<{ state: TaskState; instruction: string }> {
+    const next = this.creating.then(
+      () => this.createNow(input),
+      () => this.createNow(input),
+    );
+    this.creating = next.catch(() => undefined);
+    return next;
+  }
+
+  private async createNow(input: CreateEnvTask): Promise<{ state: TaskState; instruction: string }> {
     const existing = this.host.store.state();
     if (existing) {
       // A rollout that has reported destroys its sandbox (or is destroying it): the run needs only its state.
@@ -129,11 +144,11 @@ export class EnvTasks {
     const lacksArchive = (err: unknown) => err instanceof SandboxUnavailable && err.status === 404;
     let info;
     try {
-      info = await sandbox.create(request).catch(async (err: unknown) => {
+      info = await sandbox.createAfresh(request).catch(async (err: unknown) => {
         if (!lacksArchive(err) || !input.archiveUrl) throw err;
         // The host lacks the archive and the set says where it is published: it is fetched, checked and sent.
         await supplyArchive(sandbox, input.sha256, input.archiveUrl, this.host.archiveOrigins());
-        return sandbox.create(request);
+        return sandbox.createAfresh(request);
       });
     } catch (err) {
       if (lacksArchive(err))

@@ -4,12 +4,16 @@
  * again on the same state, once by restarting the session's object: the client sends the same index
  * again (as a client whose answer was lost does), and every step's command, which appends its index
  * to steps.log, ran once. The task's tests score the log 1 only when it holds each index once, in
- * order; the diff shows it too.
+ * order; the diff shows it too. Last, a rollout whose sandbox create was made on the host but whose
+ * answer was lost still plays, on a sandbox made afresh.
  */
 import { mkdtempSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RolloutRun } from "../../protocol/envs/rollouts.js";
 import {
   rawCall,
   startAgentStack,
@@ -138,6 +142,96 @@ describe("a ten-step session interrupted at every step", () => {
       await outcome(client, id);
     } finally {
       await stack.edge.stop();
+    }
+  }, 300_000);
+});
+
+/**
+ * A stand-in network between the edge and the sandbox host that loses the answer to the first
+ * sandbox create: the host makes the sandbox, and the edge's connection breaks before it hears so
+ * (as when the edge stops at that moment). Everything else passes through as it is.
+ */
+async function losingFirstCreate(target: string): Promise<{ url: string; log: string[]; close: () => Promise<void> }> {
+  const log: string[] = [];
+  let lost = false;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", async () => {
+      const upstream = await fetch(`${target}${req.url}`, {
+        method: req.method,
+        headers: Object.fromEntries(
+          Object.entries(req.headers).filter(([k]) => ["authorization", "content-type"].includes(k)),
+        ) as Record<string, string>,
+        ...(chunks.length ? { body: Buffer.concat(chunks) } : {}),
+      });
+      const body = Buffer.from(await upstream.arrayBuffer());
+      const create = req.method === "POST" && req.url === "/v1/sandboxes";
+      log.push(`${req.method} ${req.url} ${upstream.status}`);
+      if (create && !lost) {
+        lost = true;
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(upstream.status, Object.fromEntries(upstream.headers));
+      res.end(body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    log,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe("a rollout whose sandbox create lost its answer", () => {
+  it("plays on a sandbox made afresh, and leaves none behind", async () => {
+    const network = await losingFirstCreate(host.url);
+    const stack = await startAgentStack({ host: { ...host, url: network.url } });
+    try {
+      const client = envClient(stack);
+      const set = await pushTaskSet(stack, client);
+      const made = await fetch(`${stack.edge.baseURL}/v1/envs/rollouts`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${client.key}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ taskset: set.id, agent: "noop", group_size: 1, limits: { wallSeconds: 120 } }),
+      });
+      expect(made.status, made.ok ? "" : await made.clone().text()).toBe(200);
+      // The run goes on without its stream: it is followed here by its view.
+      await made.body?.cancel();
+      const runId = made.headers.get("Location")!.split("/").pop()!;
+      let run: RolloutRun;
+      for (let i = 0; ; i++) {
+        run = RolloutRun.parse((await client.call("GET", `/v1/envs/rollouts/${runId}`)).json);
+        if (run.status === "ended" || i >= 600) break;
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+      // The member played and was scored (noop's 0), rather than ending `start_error` on the host's 409s.
+      expect(run.members.map((m) => [m.state, m.outcome, m.reward])).toEqual([["ended", "finished", 0]]);
+      const rolloutId = run.members[0]!.rolloutId!;
+      const creates = network.log.filter((l) => l.startsWith("POST /v1/sandboxes "));
+      // The lost create made the sandbox; the next met it (409), destroyed it, and made it again.
+      expect(creates.slice(0, 3)).toEqual([
+        "POST /v1/sandboxes 201",
+        "POST /v1/sandboxes 409",
+        "POST /v1/sandboxes 201",
+      ]);
+      expect(network.log).toContain(`DELETE /v1/sandboxes/${rolloutId} 204`);
+      // And once it reported, its sandbox was destroyed.
+      for (let i = 0; ; i++) {
+        const res = await fetch(`${host.url}/v1/sandboxes/${rolloutId}`, {
+          headers: { Authorization: `Bearer ${host.token}` },
+        });
+        await res.body?.cancel();
+        if (res.status === 404) break;
+        expect(i, "the rollout's sandbox is still on the host").toBeLessThan(300);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    } finally {
+      await stack.edge.stop();
+      await network.close();
     }
   }, 300_000);
 });
