@@ -294,6 +294,8 @@ export interface OverheadFigures {
 export async function startBaseline(
   script: "forward.js" | "relay.js",
   upstream: string,
+  /** Where its V8 inspector listens (`bench/gateway-profile.ts`); off when absent. */
+  inspectorPort?: number,
 ): Promise<{
   url: string;
   /** Its workerd process, where `/proc` can be read. */
@@ -313,7 +315,7 @@ export async function startBaseline(
       compatibilityFlags: workerOptions.compatibilityFlags,
       bindings: { UPSTREAM: upstream, MODEL },
     },
-    { host: "127.0.0.1", port: await freePort() },
+    { host: "127.0.0.1", port: await freePort(), ...(inspectorPort ? { inspectorPort } : {}) },
   );
   const pid = ours().find((p) => !before.has(p.pid))?.pid;
   return {

@@ -1,6 +1,9 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, statSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { cpus } from "node:os";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rng } from "../../bench/code-fixture.js";
 import { cancelPart, reportCancel, runCancel } from "../../bench/gateway-cancel.js";
@@ -17,6 +20,7 @@ import { against, overheadPart, reportOverhead, runOverhead, send, settles } fro
 import { quantileInterval } from "../../bench/stats.js";
 import { reportPauses, runPauses } from "../../bench/gateway-pauses.js";
 import { overloadPart, reportOverload, runOverload } from "../../bench/gateway-overload.js";
+import { ROOT } from "../support/local-edge.js";
 
 /**
  * The gateway benchmarks at a tiny size, all on one local edge whose configuration joins their
@@ -275,4 +279,26 @@ describe("gateway benchmarks (smoke)", () => {
     expect(figures.ramp.paidOffered + figures.ramp.freeOffered).toBeGreaterThan(0);
     expect(reportColdStart(figures)).toContain("recovery to 90% of steady goodput");
   }, 60_000);
+
+  it("profile splits the edge's and the relay floor's CPU per answer into parts", () => {
+    // Its own edge and simulator, with the V8 inspector on: not the shared gateway above.
+    const out = join(mkdtempSync(join(tmpdir(), "sextant-gateway-profile-")), "p");
+    const run = spawnSync(
+      "npx",
+      ["tsx", "bench/gateway-profile.ts", "--streams", "2", "--seconds", "1", "--out", out],
+      {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 150_000,
+        env: { ...process.env, NODE_OPTIONS: "--experimental-websocket" },
+      },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(
+      /2 streams, 1 s profiled a side .*: the edge \d+ answers \(0 failed\), the relay floor \d+ \(0 failed\)/,
+    );
+    expect(run.stdout).toMatch(/\npart \(ms of CPU per answer\) +edge +floor +added\n/);
+    expect(run.stdout).toMatch(/\ntotal \(\/proc, while profiled\) +[\d.]+ +[\d.]+ +-?[\d.]+\n/);
+    for (const side of ["edge", "relay"]) expect(statSync(`${out}-${side}.cpuprofile`).size).toBeGreaterThan(0);
+  }, 180_000);
 });
