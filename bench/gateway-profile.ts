@@ -9,6 +9,7 @@
  * each sample was: the difference between the edge's parts and the floor's is what the gateway adds.
  *
  *   NODE_OPTIONS=--experimental-websocket npx tsx bench/gateway-profile.ts [--streams 200] [--seconds 15] [--interval 1000] [--out /tmp/gateway]
+ *   npx tsx bench/gateway-profile.ts --cpu-only [--streams 200]   # the same load, CPU per answer only, no inspector
  *
  * (Node 20's WebSocket, which talks to the inspector, is behind that flag.) The profiles are written
  * to `<out>-edge.cpuprofile` and `<out>-relay.cpuprofile` for a viewer.
@@ -145,7 +146,7 @@ async function inspect(port: number, title: (t: string) => boolean): Promise<Ins
 
 /** `streams` closed loops of `side`'s request for `seconds`, profiled; the profile and the answers it saw. */
 async function profileUnder(
-  inspector: Inspector,
+  inspector: Inspector | null,
   side: Side,
   cpuSeconds: () => number | undefined,
   options: { streams: number; seconds: number; intervalUs: number },
@@ -170,14 +171,16 @@ async function profileUnder(
   });
   // Warm up: every stream running, the isolate's code optimised.
   await sleep(Math.max(3000, 2 * spread));
-  await inspector.send("Profiler.enable");
-  await inspector.send("Profiler.setSamplingInterval", { interval: options.intervalUs });
-  await inspector.send("Profiler.start");
+  await inspector?.send("Profiler.enable");
+  await inspector?.send("Profiler.setSamplingInterval", { interval: options.intervalUs });
+  await inspector?.send("Profiler.start");
   const before = cpuSeconds();
   profiling = true;
   await sleep(seconds * 1000);
   const after = cpuSeconds();
-  const { profile } = await inspector.send<{ profile: Profile }>("Profiler.stop");
+  const { profile } = inspector
+    ? await inspector.send<{ profile: Profile }>("Profiler.stop")
+    : { profile: { nodes: [], samples: [], timeDeltas: [] } };
   profiling = false;
   stop = true;
   await Promise.all(loops);
@@ -214,40 +217,58 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       seconds: { type: "string", default: "15" },
       out: { type: "string", default: "/tmp/gateway" },
       interval: { type: "string", default: "1000" },
+      /** CPU per answer alone, from /proc, with no inspector: what a change saves, without the profiler's cost. */
+      "cpu-only": { type: "boolean", default: false },
     },
   });
+  const cpuOnly = values["cpu-only"];
   const run = { streams: Number(values.streams), seconds: Number(values.seconds), intervalUs: Number(values.interval) };
   const edgePort = await freePort();
-  process.env.SEXTANT_INSPECTOR_PORT = String(edgePort);
+  if (!cpuOnly) process.env.SEXTANT_INSPECTOR_PORT = String(edgePort);
   let gw: BenchGateway | undefined;
   try {
     gw = await startBenchGateway([overheadPart()], { simulator: "separate process" });
     await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: paceOf(run.streams) });
-    const edgeInspector = await inspect(edgePort, (t) => / sextant$/.test(t) || t.endsWith("core:user:sextant"));
+    const edgeInspector = cpuOnly
+      ? null
+      : await inspect(edgePort, (t) => / sextant$/.test(t) || t.endsWith("core:user:sextant"));
     const pid = gw.edgeWorkerdPid();
     const edgeCpu = () => (pid === undefined ? undefined : processCpuSeconds(pid));
     const edge = await profileUnder(edgeInspector, edgeSide(gw), edgeCpu, run);
-    edgeInspector.close();
+    edgeInspector?.close();
     const relayInspectorPort = await freePort();
-    const relay = await startBaseline("relay.js", gw.backends.url(OVERHEAD_BACKEND), relayInspectorPort);
+    const relay = await startBaseline(
+      "relay.js",
+      gw.backends.url(OVERHEAD_BACKEND),
+      cpuOnly ? undefined : relayInspectorPort,
+    );
     let floor;
     try {
-      const relayInspector = await inspect(relayInspectorPort, () => true);
+      const relayInspector = cpuOnly ? null : await inspect(relayInspectorPort, () => true);
       floor = await profileUnder(relayInspector, workerSide(gw, relay.url), relay.cpuSeconds, run);
-      relayInspector.close();
+      relayInspector?.close();
     } finally {
       await relay.stop();
     }
-    writeFileSync(`${values.out}-edge.cpuprofile`, JSON.stringify(edge.profile));
-    writeFileSync(`${values.out}-relay.cpuprofile`, JSON.stringify(floor.profile));
-    console.log(
-      `${run.streams} streams, ${run.seconds} s profiled a side (a sample every ${run.intervalUs} µs): ` +
-        `the edge ${edge.answers} answers (${edge.failed} failed), the relay floor ${floor.answers} (${floor.failed} failed); ` +
-        `profiles in ${values.out}-{edge,relay}.cpuprofile`,
-    );
-    console.log(table(edge, floor));
-    console.log(`\nthe edge's profile\n${summarize(edge.profile, 30)}`);
-    console.log(`\nthe relay floor's profile\n${summarize(floor.profile, 15)}`);
+    const ratio = (edge.cpuMs ?? Number.NaN) / (floor.cpuMs ?? Number.NaN);
+    if (cpuOnly) {
+      console.log(
+        `${run.streams} streams, ${run.seconds} s a side, no inspector: CPU per answer the edge ${edge.cpuMs?.toFixed(2)} ms ` +
+          `(${edge.answers} answers, ${edge.failed} failed), the relay floor ${floor.cpuMs?.toFixed(2)} ms ` +
+          `(${floor.answers}, ${floor.failed} failed): ${ratio.toFixed(2)}x`,
+      );
+    } else {
+      writeFileSync(`${values.out}-edge.cpuprofile`, JSON.stringify(edge.profile));
+      writeFileSync(`${values.out}-relay.cpuprofile`, JSON.stringify(floor.profile));
+      console.log(
+        `${run.streams} streams, ${run.seconds} s profiled a side (a sample every ${run.intervalUs} µs): ` +
+          `the edge ${edge.answers} answers (${edge.failed} failed), the relay floor ${floor.answers} (${floor.failed} failed); ` +
+          `profiles in ${values.out}-{edge,relay}.cpuprofile`,
+      );
+      console.log(table(edge, floor));
+      console.log(`\nthe edge's profile\n${summarize(edge.profile, 30)}`);
+      console.log(`\nthe relay floor's profile\n${summarize(floor.profile, 15)}`);
+    }
   } finally {
     await gw?.stop();
   }

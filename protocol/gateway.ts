@@ -135,9 +135,10 @@ export const Pool = z
     hedgeAfterMs: ms(60_000).optional(),
     /**
      * Silence after which a stream sends an SSE comment, so that a client's disconnect is noticed
-     * (and its backend request cancelled) within about this long. Every comment costs the edge CPU,
-     * most while streams wait for a long prompt's first token: raise it for pools where a slower
-     * cancellation is acceptable.
+     * (and its backend request cancelled) within about this long; once tokens flow, only after a
+     * silence of twice the stream's own gap as well (workers/gateway/heartbeat.ts). Every comment
+     * costs the edge CPU, most while streams wait for a long prompt's first token: raise it for
+     * pools where a slower cancellation is acceptable.
      */
     heartbeatMs: z.number().int().min(5).max(10_000).default(HEARTBEAT_MS),
     retries: z

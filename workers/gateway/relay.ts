@@ -7,6 +7,7 @@
 import { ApiError } from "../problem.js";
 import type { ResolvedEndpoint } from "./config.js";
 import { later } from "../later.js";
+import { Heartbeat } from "./heartbeat.js";
 import {
   errorEvent,
   parseEvent,
@@ -273,30 +274,23 @@ export function relay(
   // JavaScript stream that the response pulls from.
   const { readable, writable } = new IdentityTransformStream();
   const writer = writable.getWriter();
-  // The heartbeat fires only after the pool's `heartbeatMs` of silence, so a stream that is
-  // flowing never writes one. Writes only note the time; the one timer re-arms itself for the
-  // rest of the silence when it finds a write since, instead of every write clearing and setting
-  // a timer.
-  const heartbeatMs = req.pool.heartbeatMs;
-  let lastWrite = Date.now();
+  // A quiet stream writes an SSE comment so that a client's close is noticed (heartbeat.ts).
+  const pace = new Heartbeat(req.pool.heartbeatMs, Date.now());
   let heartbeat: ReturnType<typeof setTimeout> | undefined;
   /** A write the client has not taken yet: it fails by itself if the client goes away. */
   let writing = false;
   const beat = () => {
     heartbeat = undefined;
     if (closed) return;
-    const silent = Date.now() - lastWrite;
-    if (silent >= heartbeatMs) {
-      if (!writing) writer.write(HEARTBEAT).catch(onAbort);
-      lastWrite = Date.now();
-    }
-    heartbeat = setTimeout(beat, Math.max(1, heartbeatMs - (Date.now() - lastWrite)));
+    const { beat: due, nextMs } = pace.check(Date.now());
+    if (due && !writing) writer.write(HEARTBEAT).catch(onAbort);
+    heartbeat = setTimeout(beat, nextMs);
   };
   const stopHeartbeat = () => {
     if (heartbeat !== undefined) clearTimeout(heartbeat);
     heartbeat = undefined;
   };
-  heartbeat = setTimeout(beat, heartbeatMs);
+  heartbeat = setTimeout(beat, pace.firstCheckMs);
   // A client that cancels the response errors the writable side, even with no write pending.
   writer.closed.catch(onAbort);
 
@@ -315,7 +309,7 @@ export function relay(
         more = false;
       }
       if (!text) continue;
-      lastWrite = Date.now();
+      pace.wroteEvents(Date.now());
       if (!more) {
         // The last bytes: the close is queued behind them (and fails if they do), so the end of
         // the body follows them at once instead of a round trip later.
