@@ -9,7 +9,7 @@
  * each sample was: the difference between the edge's parts and the floor's is what the gateway adds.
  *
  *   NODE_OPTIONS=--experimental-websocket npx tsx bench/gateway-profile.ts [--streams 200] [--seconds 15] [--interval 1000] [--out /tmp/gateway]
- *   npx tsx bench/gateway-profile.ts --cpu-only [--streams 200]   # the same load, CPU per answer only, no inspector
+ *   npx tsx bench/gateway-profile.ts --cpu-only [--streams 200] [--rounds 4]   # CPU per answer only, no inspector, sides taking turns
  *
  * (Node 20's WebSocket, which talks to the inspector, is behind that flag.) The profiles are written
  * to `<out>-edge.cpuprofile` and `<out>-relay.cpuprofile` for a viewer.
@@ -23,12 +23,12 @@ import {
   answerMs,
   CONCURRENT_TOKENS_PER_SECOND,
   TOKENS_PER_SECOND,
-  edgeSide,
+  edgeSide as edgeOf,
   OVERHEAD_BACKEND,
   overheadPart,
   send,
   startBaseline,
-  workerSide,
+  workerSide as workerOf,
   type Side,
 } from "./gateway-overhead.js";
 
@@ -105,6 +105,17 @@ export function parts(profile: Profile): { part: string; share: number }[] {
   totals.delete("(idle)");
   const busy = [...totals.values()].reduce((a, b) => a + b, 0);
   return [...totals].map(([part, us]) => ({ part, share: us / Math.max(1, busy) })).sort((a, b) => b.share - a.share);
+}
+
+/** `side` asking for `tokens` tokens: complete when the last of them and `[DONE]` came. */
+function withTokens(side: Side, tokens: number): Side {
+  const body = { ...(JSON.parse(side.init.body!) as object), max_tokens: tokens };
+  return {
+    ...side,
+    init: { ...side.init, body: JSON.stringify(body) },
+    complete: (status, text) =>
+      status >= 200 && status < 300 && text.includes("data: [DONE]") && text.includes(`sim${tokens - 1} `),
+  };
 }
 
 /** The simulator's pace per stream, as the overhead benchmark sets it: 1,000 tokens/s alone, a loaded GPU's with many. */
@@ -219,45 +230,78 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       interval: { type: "string", default: "1000" },
       /** CPU per answer alone, from /proc, with no inspector: what a change saves, without the profiler's cost. */
       "cpu-only": { type: "boolean", default: false },
+      /** With --cpu-only: turns each side takes. */
+      rounds: { type: "string", default: "1" },
+      /** Tokens per answer (default the overhead benchmark's 16): few weigh each request's own work, many each event's. */
+      tokens: { type: "string", default: "16" },
     },
   });
   const cpuOnly = values["cpu-only"];
-  const run = { streams: Number(values.streams), seconds: Number(values.seconds), intervalUs: Number(values.interval) };
+  const run = {
+    streams: Number(values.streams),
+    seconds: Number(values.seconds),
+    intervalUs: Number(values.interval),
+    rounds: Math.max(1, Number(values.rounds)),
+    tokens: Math.max(1, Number(values.tokens)),
+  };
   const edgePort = await freePort();
   if (!cpuOnly) process.env.SEXTANT_INSPECTOR_PORT = String(edgePort);
   let gw: BenchGateway | undefined;
   try {
-    gw = await startBenchGateway([overheadPart()], { simulator: "separate process" });
-    await gw.backends.configure(OVERHEAD_BACKEND, { tokensPerSecond: paceOf(run.streams) });
-    const edgeInspector = cpuOnly
-      ? null
-      : await inspect(edgePort, (t) => / sextant$/.test(t) || t.endsWith("core:user:sextant"));
+    const started = (gw = await startBenchGateway([overheadPart()], { simulator: "separate process" }));
+    await gw.backends.configure(OVERHEAD_BACKEND, {
+      tokensPerSecond: paceOf(run.streams),
+      completionTokens: Math.max(16, run.tokens),
+    });
+    const edgeSide = withTokens(edgeOf(gw), run.tokens);
+    const workerSide = (origin: string) => withTokens(workerOf(started, origin), run.tokens);
     const pid = gw.edgeWorkerdPid();
     const edgeCpu = () => (pid === undefined ? undefined : processCpuSeconds(pid));
-    const edge = await profileUnder(edgeInspector, edgeSide(gw), edgeCpu, run);
-    edgeInspector?.close();
-    const relayInspectorPort = await freePort();
-    const relay = await startBaseline(
-      "relay.js",
-      gw.backends.url(OVERHEAD_BACKEND),
-      cpuOnly ? undefined : relayInspectorPort,
-    );
-    let floor;
-    try {
-      const relayInspector = cpuOnly ? null : await inspect(relayInspectorPort, () => true);
-      floor = await profileUnder(relayInspector, workerSide(gw, relay.url), relay.cpuSeconds, run);
-      relayInspector?.close();
-    } finally {
-      await relay.stop();
-    }
-    const ratio = (edge.cpuMs ?? Number.NaN) / (floor.cpuMs ?? Number.NaN);
     if (cpuOnly) {
-      console.log(
-        `${run.streams} streams, ${run.seconds} s a side, no inspector: CPU per answer the edge ${edge.cpuMs?.toFixed(2)} ms ` +
-          `(${edge.answers} answers, ${edge.failed} failed), the relay floor ${floor.cpuMs?.toFixed(2)} ms ` +
-          `(${floor.answers}, ${floor.failed} failed): ${ratio.toFixed(2)}x`,
-      );
+      // Both Workers up at once, taking turns, so that neither gets a quiet or busy spell to itself.
+      const relay = await startBaseline("relay.js", gw.backends.url(OVERHEAD_BACKEND));
+      try {
+        const sides = { edge: { ms: 0, answers: 0, failed: 0 }, floor: { ms: 0, answers: 0, failed: 0 } };
+        const ratios: number[] = [];
+        for (let round = 0; round < run.rounds; round++) {
+          const e = await profileUnder(null, edgeSide, edgeCpu, run);
+          const f = await profileUnder(null, workerSide(relay.url), relay.cpuSeconds, run);
+          for (const [side, r] of [
+            [sides.edge, e],
+            [sides.floor, f],
+          ] as const) {
+            side.ms += (r.cpuMs ?? Number.NaN) * r.answers;
+            side.answers += r.answers;
+            side.failed += r.failed;
+          }
+          ratios.push((e.cpuMs ?? Number.NaN) / (f.cpuMs ?? Number.NaN));
+        }
+        const edgeMs = sides.edge.ms / sides.edge.answers;
+        const floorMs = sides.floor.ms / sides.floor.answers;
+        const sorted = [...ratios].sort((a, b) => a - b);
+        console.log(
+          `${run.streams} streams, ${run.rounds} rounds of ${run.seconds} s a side, no inspector: CPU per answer ` +
+            `the edge ${edgeMs.toFixed(2)} ms (${sides.edge.answers} answers, ${sides.edge.failed} failed), ` +
+            `the relay floor ${floorMs.toFixed(2)} ms (${sides.floor.answers}, ${sides.floor.failed} failed): ` +
+            `${(edgeMs / floorMs).toFixed(2)}x (rounds ${sorted[0]!.toFixed(2)}x to ${sorted.at(-1)!.toFixed(2)}x)`,
+        );
+      } finally {
+        await relay.stop();
+      }
     } else {
+      const edgeInspector = await inspect(edgePort, (t) => / sextant$/.test(t) || t.endsWith("core:user:sextant"));
+      const edge = await profileUnder(edgeInspector, edgeSide, edgeCpu, run);
+      edgeInspector.close();
+      const relayInspectorPort = await freePort();
+      const relay = await startBaseline("relay.js", gw.backends.url(OVERHEAD_BACKEND), relayInspectorPort);
+      let floor;
+      try {
+        const relayInspector = await inspect(relayInspectorPort, () => true);
+        floor = await profileUnder(relayInspector, workerSide(relay.url), relay.cpuSeconds, run);
+        relayInspector.close();
+      } finally {
+        await relay.stop();
+      }
       writeFileSync(`${values.out}-edge.cpuprofile`, JSON.stringify(edge.profile));
       writeFileSync(`${values.out}-relay.cpuprofile`, JSON.stringify(floor.profile));
       console.log(
