@@ -5,7 +5,6 @@
  */
 import { Hono, type Context } from "hono";
 import { createMiddleware } from "hono/factory";
-import { z } from "zod";
 import { PRIORITY_HEADER, SESSION_HEADER, type PriorityClass } from "../../protocol/gateway.js";
 import type { AppEnv } from "../app-env.js";
 import { requireApiKey } from "../middleware/auth.js";
@@ -20,59 +19,8 @@ import { proxy, type Finish, type Trace } from "./proxy.js";
 import { record } from "../lake/records.js";
 import { fromChatCompletion, ResponsesRequest, toChatRequest } from "./responses.js";
 import { responsesStream } from "./responses-stream.js";
+import { ChatRequest, CompletionRequest, EmbeddingRequest, quickCompletionRequest } from "./requests.js";
 import { gatewayRuntime, refreshHealth, reportEjection, supersede } from "./runtime.js";
-
-const model = z.string().trim().min(1).max(256);
-const streamOptions = z.object({ include_usage: z.boolean().optional() }).loose().nullish();
-const maxTokens = z.number().int().min(1).max(1_000_000).nullish();
-
-/** The most choices (`n`) one chat completion may ask for: each costs a whole answer's tokens. */
-const MAX_CHOICES = 8;
-
-const CompletionRequest = z
-  .object({
-    model,
-    prompt: z.union([z.string(), z.array(z.string()).length(1, "send one prompt per request")]),
-    suffix: z.string().nullish(),
-    stream: z.boolean().nullish(),
-    stream_options: streamOptions,
-    max_tokens: maxTokens,
-    n: z.literal(1).nullish(),
-  })
-  .loose();
-
-const ChatRequest = z
-  .object({
-    model,
-    messages: z
-      .array(z.object({ role: z.string().min(1).max(64) }).loose())
-      .min(1)
-      .max(4096),
-    stream: z.boolean().nullish(),
-    stream_options: streamOptions,
-    max_tokens: maxTokens,
-    max_completion_tokens: maxTokens,
-    n: z.number().int().min(1).max(MAX_CHOICES).nullish(),
-    prediction: z
-      .object({
-        type: z.literal("content"),
-        content: z.union([z.string(), z.array(z.object({ type: z.literal("text"), text: z.string() }).loose())]),
-      })
-      .nullish(),
-  })
-  .loose();
-
-const EmbeddingRequest = z
-  .object({
-    model,
-    input: z.union([
-      z.string(),
-      z.array(z.string()).min(1).max(2048),
-      z.array(z.number().int()).min(1),
-      z.array(z.array(z.number().int()).min(1)).min(1).max(2048),
-    ]),
-  })
-  .loose();
 
 function gatewayOr503(c: Context<AppEnv>) {
   const runtime = gatewayRuntime(c.env);
@@ -253,7 +201,7 @@ export const gateway = new Hono<AppEnv>()
     });
   })
   .post("/completions", readAhead, requireApiKey, async (c) =>
-    handle(c, "completions", await jsonBody(c, CompletionRequest)),
+    handle(c, "completions", await jsonBody(c, CompletionRequest, quickCompletionRequest)),
   )
   .post("/chat/completions", readAhead, requireApiKey, async (c) => handle(c, "chat", await jsonBody(c, ChatRequest)))
   .post("/responses", readAhead, requireApiKey, async (c) => respond(c, await jsonBody(c, ResponsesRequest)))

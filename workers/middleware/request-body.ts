@@ -55,31 +55,48 @@ function guardedBody(body: ReadableStream<Uint8Array>, { maxBytes, timeoutMs }: 
     new ApiError("request_timeout", `The request body did not arrive in full within ${timeoutMs / 1000} s.`);
   let deadline: number | undefined;
   let size = 0;
+  // One timer for the whole body, from its first read (a timer costs the runtime about as much as a
+  // read): when it fires, the read still waiting on the client is cancelled and fails as a timeout.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let expired = false;
+  const stop = () => {
+    if (timer !== undefined) clearTimeout(timer);
+    timer = undefined;
+  };
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        deadline ??= Date.now() + timeoutMs;
-        let timer!: ReturnType<typeof setTimeout>;
-        const expired = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(timedOut()), deadline! - Date.now());
-        });
+        if (deadline === undefined) {
+          deadline = Date.now() + timeoutMs;
+          timer = setTimeout(() => {
+            expired = true;
+            reader.cancel().catch(() => {});
+          }, timeoutMs);
+        }
         try {
-          const { done, value } = await Promise.race([reader.read(), expired]);
-          if (done) return controller.close();
+          const { done, value } = await reader.read();
+          if (expired) throw timedOut();
+          if (done) {
+            stop();
+            return controller.close();
+          }
           size += value.byteLength;
           if (size > maxBytes) {
-            await drain(reader, Math.max(0, deadline! - Date.now()));
+            stop();
+            await drain(reader, Math.max(0, deadline - Date.now()));
             throw tooLarge(maxBytes);
           }
           controller.enqueue(value);
         } catch (err) {
+          stop();
           reader.cancel().catch(() => {});
-          controller.error(err instanceof ApiError ? err : unreadable());
-        } finally {
-          clearTimeout(timer);
+          controller.error(err instanceof ApiError ? err : expired ? timedOut() : unreadable());
         }
       },
-      cancel: (reason) => reader.cancel(reason),
+      cancel: (reason) => {
+        stop();
+        return reader.cancel(reason);
+      },
     },
     // Nothing is read until someone asks: a request refused before its body is wanted never waits for it.
     { highWaterMark: 0 },
