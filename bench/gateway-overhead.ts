@@ -78,6 +78,11 @@ const SERIAL_ROUNDS = 10;
 export const OVERHEAD_TARGETS = { p50: 1.5, p99: 5 } as const;
 /** The edge's workerd CPU per streamed answer, against the forwarding Worker's in the same run. */
 export const CPU_RATIO_GOAL = 1.5;
+/**
+ * The headline: the edge's CPU per streamed answer, and its added p99, over the relay floor's in
+ * the same run (`bench/workers/relay.js`, the least a Worker that touches every event does).
+ */
+export const RELAY_GOALS = { cpu: 1.3, p99: 2 } as const;
 
 /** One answer's length at `tokensPerSecond`: concurrent streams spread their starts over it. */
 export const answerMs = (tokensPerSecond: number) => TTFT_MS + ((TOKENS - 1) * 1000) / tokensPerSecond;
@@ -639,7 +644,31 @@ export function reportOverhead(f: OverheadFigures): string {
       ...runs.map((r) => row(r, true)),
     ];
   };
+  const headline: string[] = [];
+  for (const r of f.runs) {
+    const relay = f.relay.find((x) => x.streams === r.streams);
+    const forward = f.forward.find((x) => x.streams === r.streams);
+    if (!relay) continue;
+    const at = `at ${r.streams} stream${r.streams === 1 ? "" : "s"}`;
+    if (r.cpuMs !== undefined && relay.cpuMs) {
+      const ratio = r.cpuMs / relay.cpuMs;
+      headline.push(
+        `headline ${at}: CPU per streamed answer, the edge ${fmt(r.cpuMs)} ms over the relay floor's ${fmt(relay.cpuMs)} ms: ` +
+          `${fmt(ratio)}x (goal at most ${RELAY_GOALS.cpu}x: ${verdict(ratio <= RELAY_GOALS.cpu)})` +
+          (forward?.cpuMs
+            ? `; the forwarding Worker ${fmt(forward.cpuMs)} ms, the edge ${fmt(r.cpuMs / forward.cpuMs)}x it`
+            : ""),
+      );
+    }
+    const edgeP99 = worse(r, (q) => q.p99).p99;
+    const relayP99 = worse(relay, (q) => q.p99).p99;
+    headline.push(
+      `headline ${at}: added p99 (worse of ttft and total), the edge ${fmt(edgeP99)} ms over the relay floor's ${fmt(relayP99)} ms: ` +
+        `${fmt(edgeP99 / relayP99)}x (goal at most ${RELAY_GOALS.p99}x: ${verdict(edgeP99 / relayP99 <= RELAY_GOALS.p99)})`,
+    );
+  }
   const lines = [
+    ...headline,
     `gateway overhead: streamed tab completions of ${f.tokens} tokens (simulated: first token after ${f.ttftMs} ms, then ${f.tokensPerSecond} tokens/s at one stream and ${f.concurrentTokensPerSecond} tokens/s per stream when several run at once), straight to the simulator and through the local edge, in pairs; simulator ${f.simulator}; the same client (Node http, kept-alive connections) on both sides; ms, p50 / p99`,
     `streams  pairs failed | ttft: direct      edge         added       | total: direct     edge         added       | CPU ms/request | ${busy}`,
     "(CPU: what the Worker's workerd process used during its own turns over its requests, idle work such as the edge's health probes included, so it is high when requests are few; busy cores: the whole machine's, client and simulator included)",

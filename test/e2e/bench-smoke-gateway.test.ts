@@ -107,6 +107,21 @@ describe("gateway benchmarks (smoke)", () => {
     expect(report).toMatch(/the edge adds p50 [\d.-]+ ms, p99 [\d.-]+ ms over the relay, pair by pair/);
     expect(report).toMatch(/ttft: relay\s+edge\s+over relay/);
     expect(report).toMatch(/the edge\s+1 \|\s+[\d.-]+ \/\s*[\d.-]+\s+\|/);
+    // The headline: the edge over the relay floor, its CPU per answer where the relay's run used a tick.
+    for (const r of figures.runs) {
+      const relay = figures.relay.find((x) => x.streams === r.streams)!;
+      const at = `at ${r.streams} streams?`;
+      const cpu = new RegExp(
+        `headline ${at}: CPU per streamed answer, the edge [\\d.]+ ms over the relay floor's [\\d.]+ ms: [\\d.]+x \\(goal at most 1.3x: (met|MISSED)\\)`,
+      );
+      if (relay.cpuMs && r.cpuMs !== undefined) expect(report).toMatch(cpu);
+      expect(report).toMatch(
+        new RegExp(
+          `headline ${at}: added p99 \\(worse of ttft and total\\), the edge [\\d.-]+ ms over the relay floor's [\\d.-]+ ms: [\\d.-]+x \\(goal at most 2x: (met|MISSED)\\)`,
+        ),
+      );
+    }
+    expect(report.startsWith("headline at 1 stream")).toBe(true);
     // The edge's CPU per answer against the forwarder's, where the forwarder's own run used a tick.
     for (const r of figures.runs) {
       const forward = figures.forward.find((x) => x.streams === r.streams)!;
