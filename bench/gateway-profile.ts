@@ -39,14 +39,21 @@ import {
  * the first part, from the innermost frame out, that names a function on its stack. Names are the
  * bundle's (esbuild keeps them).
  */
+/**
+ * Reading, parsing, rewriting and writing each event, as one part: the profiler puts a native read's
+ * time in the read or in the function that awaited it as it happens to sample, so a finer split of
+ * it does not compare from one run to the next.
+ */
+const STREAM = "the stream: read, parse, rewrite, write each event";
+
 export const PARTS: { part: string; functions: RegExp }[] = [
   { part: "heartbeats", functions: /^(beat|stopHeartbeat)$/ },
   {
-    part: "SSE parsing (the edge's reader)",
+    part: STREAM,
     functions: /^(next|feed|processLines|parseLine|onEvent|SseReader|shift|arm|fire|drainedToDone|finish)$/,
   },
-  { part: "each event's rewrite", functions: /^(relayEvent|parseEvent|usageOf)$/ },
-  { part: "the relay loop (read, split, write)", functions: /^(pump|step|begin|relay|emit|send)$/ },
+  { part: STREAM, functions: /^(relayEvent|parseEvent|usageOf)$/ },
+  { part: STREAM, functions: /^(pump|step|begin|relay|emit|send)$/ },
   {
     part: "after the answer: metering, lake records, bookkeeping",
     functions: /^(close|completed|meter|record|flush|sendRows|succeeded|release|leaveClass|chargeTokens|settle)$/,
@@ -86,7 +93,7 @@ export function parts(profile: Profile): { part: string; share: number }[] {
     if (name === "(idle)") part = "(idle)";
     else if (name === "(garbage collector)") part = "garbage collection";
     else if (name === "(program)") part = "the runtime, outside JavaScript";
-    else if (native(node) && STREAM_IO.has(name)) part = "the runtime's stream I/O (read, write, decode)";
+    else if (native(node) && STREAM_IO.has(name)) part = STREAM;
     else if (native(node) && TIMERS.has(name)) part = "timers (set and cleared)";
     else
       for (let at: number | undefined = id; at !== undefined && !part; at = parent.get(at)) {
