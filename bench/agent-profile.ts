@@ -13,7 +13,7 @@ import { parseArgs } from "node:util";
 import type { AgentScript } from "../gpu-backends/simulator/agent-script.js";
 import { setAgentScripts, startAgentStack } from "../test/support/agent-stack.js";
 import { freePort } from "../test/support/local-edge.js";
-import { summarize, type Profile } from "./profile.js";
+import { inspect, summarize, type Profile } from "./profile.js";
 
 const { values } = parseArgs({
   options: {
@@ -35,29 +35,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const stack = await startAgentStack();
   try {
     await setAgentScripts(stack.edge, [FLOOD]);
-    const targets = (await (await fetch(`http://127.0.0.1:${inspector}/json`)).json()) as {
-      title: string;
-      webSocketDebuggerUrl: string;
-    }[];
-    const worker = targets.find((t) => / sextant$/.test(t.title) || t.title.endsWith("core:user:sextant"));
-    if (!worker) throw new Error(`no inspector target for the Worker among: ${targets.map((t) => t.title).join(", ")}`);
-    if (typeof WebSocket === "undefined") throw new Error("Run with NODE_OPTIONS=--experimental-websocket (Node 20).");
-    const ws = new WebSocket(worker.webSocketDebuggerUrl);
-    await new Promise((resolve, reject) => {
-      ws.addEventListener("open", resolve, { once: true });
-      ws.addEventListener("error", reject, { once: true });
-    });
-    let seq = 0;
-    const waiting = new Map<number, (result: unknown) => void>();
-    ws.addEventListener("message", (event) => {
-      const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
-      if (message.id !== undefined) waiting.get(message.id)?.(message.result);
-    });
-    const send = <T>(method: string, params: object = {}) =>
-      new Promise<T>((resolve) => {
-        waiting.set(++seq, resolve as (r: unknown) => void);
-        ws.send(JSON.stringify({ id: seq, method, params }));
-      });
+    const worker = await inspect(inspector, (t) => / sextant$/.test(t) || t.endsWith("core:user:sextant"));
+    const send = worker.send;
     const ids: string[] = [];
     for (let i = 0; i < Number(values.tasks); i++) {
       const { id } = await stack.sdk.agents.create({
@@ -76,7 +55,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     await new Promise((r) => setTimeout(r, Number(values.seconds) * 1000));
     const { profile } = await send<{ profile: Profile }>("Profiler.stop");
     const after = await Promise.all(ids.map(async (id) => (await stack.sdk.agents.cancel(id)).usage.turns));
-    ws.close();
+    worker.close();
     writeFileSync(values.out, JSON.stringify(profile));
     const turns = after.reduce((a, b) => a + b, 0) - before.reduce((a, b) => a + b, 0);
     console.log(`${ids.length} agent tasks, about ${turns} turns while profiled; profile in ${values.out}`);

@@ -17,7 +17,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { freePort, processCpuSeconds } from "../test/support/local-edge.js";
-import { summarize, type Profile, type ProfileNode } from "./profile.js";
+import { inspect, summarize, type Inspector, type Profile, type ProfileNode } from "./profile.js";
 import { startBenchGateway, sleep, type BenchGateway } from "./gateway-fixture.js";
 import {
   answerMs,
@@ -127,40 +127,6 @@ function withTokens(side: Side, tokens: number): Side {
 
 /** The simulator's pace per stream, as the overhead benchmark sets it: 1,000 tokens/s alone, a loaded GPU's with many. */
 const paceOf = (streams: number) => (streams === 1 ? TOKENS_PER_SECOND : CONCURRENT_TOKENS_PER_SECOND);
-
-interface Inspector {
-  send<T>(method: string, params?: object): Promise<T>;
-  close(): void;
-}
-
-async function inspect(port: number, title: (t: string) => boolean): Promise<Inspector> {
-  const targets = (await (await fetch(`http://127.0.0.1:${port}/json`)).json()) as {
-    title: string;
-    webSocketDebuggerUrl: string;
-  }[];
-  const target = targets.find((t) => title(t.title));
-  if (!target) throw new Error(`no inspector target among: ${targets.map((t) => t.title).join(", ")}`);
-  if (typeof WebSocket === "undefined") throw new Error("Run with NODE_OPTIONS=--experimental-websocket (Node 20).");
-  const ws = new WebSocket(target.webSocketDebuggerUrl);
-  await new Promise((resolve, reject) => {
-    ws.addEventListener("open", resolve, { once: true });
-    ws.addEventListener("error", reject, { once: true });
-  });
-  let seq = 0;
-  const waiting = new Map<number, (result: unknown) => void>();
-  ws.addEventListener("message", (event) => {
-    const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
-    if (message.id !== undefined) waiting.get(message.id)?.(message.result);
-  });
-  return {
-    send: <T>(method: string, params: object = {}) =>
-      new Promise<T>((resolve) => {
-        waiting.set(++seq, resolve as (r: unknown) => void);
-        ws.send(JSON.stringify({ id: seq, method, params }));
-      }),
-    close: () => ws.close(),
-  };
-}
 
 /** `streams` closed loops of `side`'s request for `seconds`, profiled; the profile and the answers it saw. */
 async function profileUnder(

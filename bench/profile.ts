@@ -39,3 +39,39 @@ export function summarize(profile: Profile, top = 25): string {
       .join("\n");
   return `${(total / 1e6).toFixed(1)} s profiled\nself:\n${list(self)}\ninclusive:\n${list(inclusive)}`;
 }
+
+/** A CDP session with one of a workerd's inspector targets. */
+export interface Inspector {
+  send<T>(method: string, params?: object): Promise<T>;
+  close(): void;
+}
+
+/** Opens the first target on the inspector at `port` whose title `title` takes. */
+export async function inspect(port: number, title: (t: string) => boolean): Promise<Inspector> {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json`)).json()) as {
+    title: string;
+    webSocketDebuggerUrl: string;
+  }[];
+  const target = targets.find((t) => title(t.title));
+  if (!target) throw new Error(`no inspector target among: ${targets.map((t) => t.title).join(", ")}`);
+  if (typeof WebSocket === "undefined") throw new Error("Run with NODE_OPTIONS=--experimental-websocket (Node 20).");
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    ws.addEventListener("open", resolve, { once: true });
+    ws.addEventListener("error", reject, { once: true });
+  });
+  let seq = 0;
+  const waiting = new Map<number, (result: unknown) => void>();
+  ws.addEventListener("message", (event) => {
+    const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
+    if (message.id !== undefined) waiting.get(message.id)?.(message.result);
+  });
+  return {
+    send: <T>(method: string, params: object = {}) =>
+      new Promise<T>((resolve) => {
+        waiting.set(++seq, resolve as (r: unknown) => void);
+        ws.send(JSON.stringify({ id: seq, method, params }));
+      }),
+    close: () => ws.close(),
+  };
+}
