@@ -1,3 +1,5 @@
+import { createParser } from "eventsource-parser";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { SseReader } from "../../workers/gateway/sse.js";
 
@@ -20,6 +22,7 @@ function body() {
     stream,
     state,
     send: (text: string) => controller.enqueue(encoder.encode(text)),
+    sendBytes: (bytes: Uint8Array) => bytes.byteLength > 0 && controller.enqueue(bytes.slice()),
     end: () => controller.close(),
   };
 }
@@ -116,5 +119,69 @@ describe("reading a backend's event stream", () => {
     b.send("data: " + "x".repeat(5 * 2 ** 20));
     const item = await reader.next(1_000);
     expect(item.type).toBe("error");
+  });
+
+  it("reads any stream, cut anywhere, as eventsource-parser does, in its own split or by handing over", async () => {
+    const text = fc.string({ unit: "grapheme", maxLength: 12 }).map((t) => t.replace(/[\r\n]/g, ""));
+    const line = fc.oneof(
+      { weight: 6, arbitrary: text.map((t) => `data: ${t}`) },
+      text.map((t) => `data:${t}`),
+      fc.constant("data"),
+      fc.constant("data: [DONE]"),
+      text.map((t) => `event: ${t}`),
+      fc.constant("event:"),
+      text.map((t) => `:${t}`),
+      fc.constantFrom("id: 7", "retry: 10", "retry: soon", "other: x", "event", ""),
+    );
+    const stream = fc.array(fc.tuple(line, fc.constantFrom("\n", "\n", "\n", "\r\n", "\r")), { maxLength: 30 });
+    await fc.assert(
+      fc.asyncProperty(stream, fc.array(fc.nat(), { maxLength: 6 }), async (lines, cuts) => {
+        const whole = lines.map(([l, end]) => l + end).join("");
+        // What eventsource-parser alone makes of the whole stream up to [DONE], and whether it found an error first.
+        const expected: { type: "event"; data: string; event?: string }[] = [];
+        let failed = false;
+        let done = false;
+        const parser = createParser({
+          onEvent: (e) => {
+            if (done) return;
+            if (e.data === "[DONE]") done = true;
+            else
+              expected.push(
+                e.event ? { type: "event", data: e.data, event: e.event } : { type: "event", data: e.data },
+              );
+          },
+          onError: () => {
+            failed ||= !done;
+          },
+        });
+        parser.feed(whole);
+        // The same stream cut into chunks at `cuts`, through the reader.
+        const bytes = encoder.encode(whole);
+        const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+        const b = body();
+        const reader = new SseReader(b.stream);
+        let from = 0;
+        for (const cut of [...at, bytes.length]) {
+          b.sendBytes(bytes.subarray(from, cut));
+          from = cut;
+        }
+        b.end();
+        const got: unknown[] = [];
+        for (;;) {
+          const item = await reader.next(1_000);
+          if (item.type !== "event") {
+            expect([item.type, item.type === "end" && item.done], JSON.stringify(whole)).toEqual(
+              failed ? ["error", false] : ["end", done],
+            );
+            break;
+          }
+          got.push(item);
+        }
+        // After an error the reader stops where its chunks happened to end: what it gave is where the parser began.
+        if (failed) expect(expected.slice(0, got.length), JSON.stringify(whole)).toEqual(got);
+        else expect(got, JSON.stringify(whole)).toEqual(expected);
+      }),
+      { numRuns: 400 },
+    );
   });
 });

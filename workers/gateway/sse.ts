@@ -13,11 +13,17 @@ export type SseItem =
 
 /** Events larger than this are refused as malformed rather than buffered without bound. */
 const MAX_EVENT_BYTES = 4 * 2 ** 20;
+const SPACE = 32;
+const COLON = 58;
 
 export class SseReader {
   private readonly reader: ReadableStreamDefaultReader<Uint8Array>;
   private readonly decoder = new TextDecoder();
-  private readonly parser: EventSourceParser;
+  /** Set once the stream leaves the plain form (`feed`): the general parser reads the rest. */
+  private parser: EventSourceParser | undefined;
+  /** What the plain split has not yet found the end of. */
+  private pending = "";
+  private fed = false;
   private readonly queue: SseItem[] = [];
   /** When the current wait times out, and the timer that enforces it. */
   private deadline = 0;
@@ -36,30 +42,82 @@ export class SseReader {
    */
   constructor(
     body: ReadableStream<Uint8Array>,
-    translate?: (event: string | undefined, data: string) => { events: string[]; done: boolean },
+    private readonly translate?: (event: string | undefined, data: string) => { events: string[]; done: boolean },
   ) {
     this.reader = body.getReader();
+  }
+
+  /** One event of the stream, as a parser dispatches it. */
+  private dispatch(event: string | undefined, data: string): void {
+    if (this.translate) {
+      const { events, done } = this.translate(event, data);
+      for (const data of events) this.queue.push({ type: "event", data });
+      if (done) this.sawDone = true;
+      return;
+    }
+    if (data === "[DONE]") {
+      this.sawDone = true;
+      return;
+    }
+    this.queue.push(event ? { type: "event", data, event } : { type: "event", data });
+  }
+
+  /**
+   * Splits the stream into events. A stream in the plain form backends send (LF line ends, each
+   * event's lines `data:`, `event:` or comments) is split here, as cheaply as a relay that only
+   * looks for blank lines; the first event outside that form hands the rest of the stream, from
+   * that event on, to eventsource-parser, which reads any server-sent events as the spec says.
+   */
+  private feed(text: string): void {
+    if (this.parser) return this.parser.feed(text);
+    const pending = this.pending + text;
+    if (text.includes("\r") || (!this.fed && pending.charCodeAt(0) === 0xfeff)) return this.general(pending);
+    this.fed = true;
+    let at = 0;
+    for (let end = pending.indexOf("\n\n", at); end >= 0; end = pending.indexOf("\n\n", at)) {
+      if (!this.plainEvent(pending, at, end)) return this.general(pending.slice(at));
+      at = end + 2;
+    }
+    this.pending = at === 0 ? pending : pending.slice(at);
+    if (this.pending.length > MAX_EVENT_BYTES)
+      this.parseError ??= `Buffered data exceeded max buffer size of ${MAX_EVENT_BYTES} characters`;
+  }
+
+  /** Dispatches the event in `s` from `from` to `to` (its blank line) if it is in the plain form; false if not. */
+  private plainEvent(s: string, from: number, to: number): boolean {
+    let data: string | undefined;
+    let event: string | undefined;
+    for (let i = from; i <= to; ) {
+      let eol = s.indexOf("\n", i);
+      if (eol < 0 || eol > to) eol = to;
+      if (eol > i) {
+        if (s.startsWith("data:", i)) {
+          const value = s.slice(s.charCodeAt(i + 5) === SPACE ? i + 6 : i + 5, eol);
+          data = data === undefined ? value : `${data}\n${value}`;
+        } else if (s.startsWith("event:", i))
+          event = s.slice(s.charCodeAt(i + 6) === SPACE ? i + 7 : i + 6, eol) || undefined;
+        else if (s.charCodeAt(i) !== COLON) return false;
+      }
+      i = eol + 1;
+    }
+    if (data !== undefined) this.dispatch(event, data);
+    return true;
+  }
+
+  /** From here on, eventsource-parser reads the stream, starting at `text` (an event's first line). */
+  private general(text: string): void {
+    this.pending = "";
     this.parser = createParser({
-      onEvent: (event) => {
-        if (translate) {
-          const { events, done } = translate(event.event, event.data);
-          for (const data of events) this.queue.push({ type: "event", data });
-          if (done) this.sawDone = true;
-          return;
-        }
-        if (event.data === "[DONE]") {
-          this.sawDone = true;
-          return;
-        }
-        this.queue.push(
-          event.event ? { type: "event", data: event.data, event: event.event } : { type: "event", data: event.data },
-        );
-      },
+      onEvent: (event) => this.dispatch(event.event, event.data),
       onError: (error) => {
         this.parseError ??= error.message;
       },
       maxBufferSize: MAX_EVENT_BYTES,
     } as Parameters<typeof createParser>[0]);
+    // Past the stream's start: what begins `text` is no byte-order mark to drop.
+    if (this.fed) this.parser.feed("");
+    this.fed = true;
+    this.parser.feed(text);
   }
 
   /** An event already received, without waiting. */
@@ -108,11 +166,13 @@ export class SseReader {
       }
       if (this.timedOut) return { type: "timeout" };
       if (result.done) {
-        this.parser.feed(this.decoder.decode());
+        this.feed(this.decoder.decode());
+        // An unfinished event's lines still count (an invalid field is an error): the parser reads them.
+        if (!this.parser && this.pending) this.general(this.pending);
         this.finish();
         continue;
       }
-      this.parser.feed(this.decoder.decode(result.value, { stream: true }));
+      this.feed(this.decoder.decode(result.value, { stream: true }));
     }
   }
 
