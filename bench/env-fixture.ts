@@ -118,6 +118,35 @@ export interface RunOutcome {
 }
 
 /**
+ * Reads a run's event stream (a rollout run's or an eval run's) to its summary, `onEvent` seeing each
+ * event as it comes; `ms` is from `started` to the summary.
+ */
+export async function readRunToSummary(
+  response: Response,
+  started: number,
+  onEvent: (event: RolloutEvent) => void = () => {},
+): Promise<{ ms: number; summary: RunSummary }> {
+  let summary: RunSummary | undefined;
+  let ms = 0;
+  const parser = createParser({
+    onEvent: (m) => {
+      const event = RolloutEvent.parse(JSON.parse(m.data));
+      onEvent(event);
+      if (event.type === "summary") {
+        ms = performance.now() - started;
+        summary = event.data;
+      }
+    },
+  });
+  const decoder = new TextDecoder();
+  const reader = response.body!.getReader();
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
+    parser.feed(decoder.decode(chunk.value, { stream: true }));
+  if (!summary) throw new Error("the run's stream ended without a summary");
+  return { ms, summary };
+}
+
+/**
  * Starts a rollout run and reads its events to the summary; `onEvent` sees each as it comes (the
  * benchmark counts the members in flight from them).
  */
@@ -136,23 +165,7 @@ export async function rolloutRun(
     body: JSON.stringify({ taskset: env.taskset, ...body }),
   });
   if (!response.ok) throw new Error(`starting a rollout run: ${response.status} ${await response.text()}`);
-  let summary: RunSummary | undefined;
-  let ms = 0;
-  const parser = createParser({
-    onEvent: (m) => {
-      const event = RolloutEvent.parse(JSON.parse(m.data));
-      onEvent(event);
-      if (event.type === "summary") {
-        ms = performance.now() - started;
-        summary = event.data;
-      }
-    },
-  });
-  const decoder = new TextDecoder();
-  const reader = response.body!.getReader();
-  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
-    parser.feed(decoder.decode(chunk.value, { stream: true }));
-  if (!summary) throw new Error("the rollout run's stream ended without a summary");
+  const { ms, summary } = await readRunToSummary(response, started, onEvent);
   const id = response.headers.get("Location")?.split("/").pop() ?? "";
   return { id, ms, summary };
 }

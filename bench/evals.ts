@@ -20,12 +20,11 @@
  *   npx tsx bench/evals.ts   # BENCH_EVAL_ATTEMPTS=4 BENCH_EVAL_ROUNDS=6 BENCH_EVAL_CONCURRENCY=8,32 BENCH_EVAL_READS=5
  */
 import { pathToFileURL } from "node:url";
-import { createParser } from "eventsource-parser";
 import { EvalReport } from "../protocol/evals/api.js";
-import { RolloutEvent, type RunSummary } from "../protocol/envs/rollouts.js";
+import type { RolloutEvent, RunSummary } from "../protocol/envs/rollouts.js";
 import { LOCAL_MODELS } from "../scripts/local-gateway.js";
 import { savedLocalEdge } from "../test/support/local-edge.js";
-import { expectStatus, startEnvStack, type EnvStack } from "./env-fixture.js";
+import { expectStatus, readRunToSummary, rolloutRun, startEnvStack, type EnvStack } from "./env-fixture.js";
 import { fmt, median, quantile, quantileInterval } from "./stats.js";
 
 export interface EvalBenchOptions {
@@ -79,30 +78,11 @@ function authHeaders(env: EnvStack, json: boolean): Record<string, string> {
   };
 }
 
-/** Reads a run's SSE stream to its summary; each attempt's time from its end event. */
-async function readToSummary(
-  response: Response,
-  started: number,
-): Promise<{ ms: number; summary: RunSummary; attemptMs: number[] }> {
-  let summary: RunSummary | undefined;
-  let ms = 0;
-  const attemptMs: number[] = [];
-  const parser = createParser({
-    onEvent: (m) => {
-      const event = RolloutEvent.parse(JSON.parse(m.data));
-      if (event.type === "rollout.ended" && event.data.durationMs !== null) attemptMs.push(event.data.durationMs);
-      if (event.type === "summary") {
-        ms = performance.now() - started;
-        summary = event.data;
-      }
-    },
-  });
-  const decoder = new TextDecoder();
-  const reader = response.body!.getReader();
-  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
-    parser.feed(decoder.decode(chunk.value, { stream: true }));
-  if (!summary) throw new Error("the run's stream ended without a summary");
-  return { ms, summary, attemptMs };
+/** An event handler that keeps each attempt's time, from its end event. */
+function attemptTimes(into: number[]) {
+  return (event: RolloutEvent) => {
+    if (event.type === "rollout.ended" && event.data.durationMs !== null) into.push(event.data.durationMs);
+  };
 }
 
 /** What both kinds of run share: the task set, its tasks, the model, sampling and concurrency. */
@@ -133,27 +113,26 @@ export async function timedEvalRun(env: EnvStack, shape: RunShape): Promise<Time
     headers: { ...authHeaders(env, false), Accept: "text/event-stream" },
   });
   if (!events.ok) throw new Error(`following eval run ${id}: ${events.status} ${await events.text()}`);
-  return { kind: "eval", id, rolloutRun, ...(await readToSummary(events, started)) };
+  const attemptMs: number[] = [];
+  const { ms, summary } = await readRunToSummary(events, started, attemptTimes(attemptMs));
+  return { kind: "eval", id, rolloutRun, ms, summary, attemptMs };
 }
 
 /** A bare rollout run of the same shape, from its POST to the summary on the stream it answers with. */
 export async function timedRolloutRun(env: EnvStack, shape: RunShape): Promise<TimedRun> {
-  const started = performance.now();
-  const response = await fetch(`${env.stack.edge.baseURL}/v1/envs/rollouts`, {
-    method: "POST",
-    headers: authHeaders(env, true),
-    body: JSON.stringify({
-      taskset: env.taskset,
+  const attemptMs: number[] = [];
+  const run = await rolloutRun(
+    env,
+    {
       tasks: shape.tasks,
       policy: { model: LOCAL_MODELS.chat },
       group_size: shape.attempts,
       concurrency: shape.concurrency,
       sampling: { seed: 0 },
-    }),
-  });
-  if (!response.ok) throw new Error(`starting a rollout run: ${response.status} ${await response.text()}`);
-  const id = response.headers.get("Location")?.split("/").pop() ?? "";
-  return { kind: "rollouts", id, rolloutRun: id, ...(await readToSummary(response, started)) };
+    },
+    attemptTimes(attemptMs),
+  );
+  return { kind: "rollouts", rolloutRun: run.id, ...run, attemptMs };
 }
 
 /**

@@ -174,11 +174,12 @@ async function profileUnder(
   return { profile, answers, failed, ...(cpuMs !== undefined ? { cpuMs } : {}) };
 }
 
-type Side2 = { profile: Profile; answers: number; cpuMs?: number };
+type Profiled = { profile: Profile; answers: number; cpuMs?: number };
 
 /** Each part in ms of CPU per answer: its share of the busy samples times the side's CPU per answer. */
-function table(edge: Side2, floor: Side2): string {
-  const ms = (side: Side2) => new Map(parts(side.profile).map((p) => [p.part, p.share * (side.cpuMs ?? Number.NaN)]));
+function table(edge: Profiled, floor: Profiled): string {
+  const ms = (side: Profiled) =>
+    new Map(parts(side.profile).map((p) => [p.part, p.share * (side.cpuMs ?? Number.NaN)]));
   const e = ms(edge);
   const f = ms(floor);
   const names = [...new Set([...e.keys(), ...f.keys()])];
